@@ -1,0 +1,53 @@
+package main
+
+import (
+	"os"
+
+	"github.com/urfave/cli/v2"
+
+	"stx.dev/stx"
+	"stx.dev/stx/engine"
+	"stx.dev/stx/schema"
+)
+
+// envAllow are STX_ environment variables that are settings, not knobs.
+var envAllow = []string{"STX_BACKEND", "STX_RUNS_DIR"}
+
+func setFlag() cli.Flag {
+	return &cli.StringSliceFlag{
+		Name:  "set",
+		Usage: "override a value: `PATH=VALUE` relative to the recipe (knobs.lr=3e-6) or recipes.NAME.PATH; repeatable",
+	}
+}
+
+func recipeFlag(required bool) cli.Flag {
+	return &cli.StringFlag{
+		Name:     "algorithm",
+		Aliases:  []string{"a"},
+		Usage:    "the recipe `NAME`",
+		Required: required,
+	}
+}
+
+// loadCatalog loads the files named on the command line (default:
+// ./recipes.cue, or the built-in catalog when there is none) with the
+// command's --set flags and the STX_ environment applied.
+func loadCatalog(c *cli.Context, only string) (*schema.Catalog, error) {
+	return engine.Load(c.Args().Slice(), schema.Options{
+		Sets:     c.StringSlice("set"),
+		Env:      os.Environ(),
+		EnvAllow: envAllow,
+		Only:     only,
+		Builtin:  stx.Catalog,
+	})
+}
+
+// loadRecipe loads the catalog and returns one valid recipe.
+func loadRecipe(c *cli.Context) (*schema.Catalog, *schema.Recipe, error) {
+	name := c.String("algorithm")
+	cat, err := loadCatalog(c, name)
+	if err != nil {
+		return nil, nil, err
+	}
+	return cat, cat.Recipes[name], nil
+}

@@ -1,0 +1,79 @@
+// Command stx post-trains language models with reinforcement learning,
+// preference optimisation and distillation, driven by CUE recipes.
+//
+// One file per command; errors are printed in one place (errors.go).
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"runtime/debug"
+
+	"github.com/urfave/cli/v2"
+)
+
+// version is set at link time (-ldflags "-X main.version=..."); otherwise
+// the module version from the build info is used.
+var version = ""
+
+func main() {
+	os.Exit(run(os.Args, os.Stdout, os.Stderr))
+}
+
+// run is main without the exit, for the script tests.
+func run(args []string, stdout, stderr io.Writer) int {
+	app := newApp(stdout, stderr)
+	err := app.Run(reorderArgs(app, args))
+	return report(stderr, err)
+}
+
+func newApp(stdout, stderr io.Writer) *cli.App {
+	return &cli.App{
+		Name:    "stx",
+		Usage:   "post-train language models from declarative CUE recipes",
+		Version: buildVersion(),
+		Description: `stx trains models with RL, preference optimisation and distillation.
+Recipes are CUE data: stx checks them before any tensor is allocated.
+
+   stx vet recipes.cue                       # validate; errors as file:line:col
+   stx ls                                    # the recipes and their roles
+   stx graph recipes.cue -a ppo --format dot # the role graph
+   stx knobs -a grpo                         # every knob, documented`,
+		Writer:                 stdout,
+		ErrWriter:              stderr,
+		HideHelpCommand:        true,
+		UseShortOptionHandling: false,
+		ExitErrHandler:         func(*cli.Context, error) {}, // report() prints and picks the code
+		OnUsageError: func(_ *cli.Context, err error, _ bool) error {
+			return usageError{err}
+		},
+		Commands: []*cli.Command{
+			vetCommand(),
+			lsCommand(),
+			graphCommand(),
+			exportCommand(),
+			knobsCommand(),
+		},
+	}
+}
+
+func buildVersion() string {
+	if version != "" {
+		return version
+	}
+	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
+		return bi.Main.Version
+	}
+	return "devel"
+}
+
+// usageError marks a command-line mistake (exit 2).
+type usageError struct{ err error }
+
+func (u usageError) Error() string { return u.err.Error() }
+func (u usageError) Unwrap() error { return u.err }
+
+func usagef(format string, args ...any) error {
+	return usageError{fmt.Errorf(format, args...)}
+}

@@ -1,0 +1,111 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"flag"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/rogpeppe/go-internal/testscript"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files of testdata/broken")
+
+func TestMain(m *testing.M) {
+	testscript.Main(m, map[string]func(){
+		"stx": func() { os.Exit(run(os.Args, os.Stdout, os.Stderr)) },
+	})
+}
+
+// TestScripts runs the CLI scripts of testdata/script (txtar files).
+func TestScripts(t *testing.T) {
+	testscript.Run(t, testscript.Params{
+		Dir:                 filepath.Join("..", "..", "testdata", "script"),
+		RequireExplicitExec: true,
+		Cmds: map[string]func(*testscript.TestScript, bool, []string){
+			// status N cmd args...: run cmd and require exit status N.
+			"status": func(ts *testscript.TestScript, neg bool, args []string) {
+				if neg || len(args) < 2 {
+					ts.Fatalf("usage: status N command [args...]")
+				}
+				want, err := strconv.Atoi(args[0])
+				ts.Check(err)
+				got := 0
+				if err := ts.Exec(args[1], args[2:]...); err != nil {
+					var ee *exec.ExitError
+					if !errors.As(err, &ee) {
+						ts.Fatalf("%v", err)
+					}
+					got = ee.ExitCode()
+				}
+				if got != want {
+					ts.Fatalf("exit status %d, want %d", got, want)
+				}
+			},
+		},
+		Setup: func(env *testscript.Env) error {
+			root, err := filepath.Abs(filepath.Join("..", ".."))
+			env.Setenv("REPO", root)
+			return err
+		},
+	})
+}
+
+// errorLine is the shape of every line stx vet prints for a bad recipe.
+var errorLine = regexp.MustCompile(`^[^:\s]+:\d+:\d+: \S.*$`)
+
+// TestBrokenRecipes vets every recipe of testdata/broken and compares what
+// it prints with its golden file (go test -update rewrites them).
+func TestBrokenRecipes(t *testing.T) {
+	files, err := filepath.Glob(filepath.Join("..", "..", "testdata", "broken", "*.cue"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(files) < 30 {
+		t.Fatalf("want at least 30 broken recipes, found %d", len(files))
+	}
+	root, _ := filepath.Abs(filepath.Join("..", ".."))
+	for _, f := range files {
+		name := strings.TrimSuffix(filepath.Base(f), ".cue")
+		t.Run(name, func(t *testing.T) {
+			var stdout, stderr bytes.Buffer
+			rel := filepath.Join("testdata", "broken", name+".cue")
+			t.Chdir(root)
+			code := run([]string{"stx", "vet", rel}, &stdout, &stderr)
+			if code != exitInvalid {
+				t.Errorf("exit %d, want %d\nstderr:\n%s", code, exitInvalid, stderr.String())
+			}
+			out := stderr.String()
+			for _, bad := range []string{"panic", "goroutine", "errors in empty disjunction", "#Recipe"} {
+				if strings.Contains(out, bad) {
+					t.Errorf("output contains %q:\n%s", bad, out)
+				}
+			}
+			for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+				if !errorLine.MatchString(line) || !strings.HasPrefix(line, rel+":") {
+					t.Errorf("line is not %s:line:col: ...: %q", rel, line)
+				}
+			}
+			golden := filepath.Join(root, "testdata", "broken", name+".golden")
+			if *update {
+				if err := os.WriteFile(golden, []byte(out), 0o644); err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			want, err := os.ReadFile(golden)
+			if err != nil {
+				t.Fatalf("%v (run go test ./cmd/stx -run TestBrokenRecipes -update)", err)
+			}
+			if out != string(want) {
+				t.Errorf("output differs from %s\ngot:\n%s\nwant:\n%s", golden, out, want)
+			}
+		})
+	}
+}

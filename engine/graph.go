@@ -1,0 +1,338 @@
+// Package engine turns a validated recipe into a role graph and runs the
+// outer loop. It sits between the role branch (specializations, estimators)
+// and the backend branch (runtime) and knows neither losses nor tensors.
+//
+// The graph-level checks of `stx vet` live here, because they need the Go
+// registries: registered specializations, their key contracts, sync
+// endpoints and cycles, teacher and reward roles.
+package engine
+
+import (
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+
+	"stx.dev/stx/estimators"
+	"stx.dev/stx/schema"
+	"stx.dev/stx/specializations"
+)
+
+// Node is a role bound to its specialization's contract.
+type Node struct {
+	Role     schema.Role
+	Contract specializations.Contract
+	// Requires and Produces are the contract's keys for this role.
+	Requires []string
+	Produces []string
+}
+
+// Graph is a recipe's roles, the data flowing between them and the order
+// things run in.
+type Graph struct {
+	Recipe *schema.Recipe
+	Nodes  []Node
+	// Syncs are the inject syncs in dependency order: a role's inputs are
+	// synced before the role produces keys for others.
+	Syncs []schema.Sync
+	// Pools lists the roles of each pool, in recipe order; roles in one
+	// pool run one after another, pools run concurrently.
+	Pools []Pool
+}
+
+// Pool is a set of roles that share workers.
+type Pool struct {
+	Name  string
+	Roles []string
+}
+
+// Node returns the node of a role.
+func (g *Graph) Node(role string) (Node, bool) {
+	for _, n := range g.Nodes {
+		if n.Role.Name == role {
+			return n, true
+		}
+	}
+	return Node{}, false
+}
+
+// Problem is a graph-level mistake in a recipe, at a path relative to it.
+type Problem struct {
+	Path string
+	Msg  string
+}
+
+// groupEstimators need at least two samples per prompt to form a baseline.
+var groupEstimators = []string{"grpo", "dr_grpo", "rloo", "reinforce_pp_baseline"}
+
+// BuildGraph binds a recipe's roles to their specializations and checks the
+// data flow. It returns every problem found; the graph is usable only when
+// there are none.
+func BuildGraph(r *schema.Recipe) (*Graph, []Problem) {
+	g := &Graph{Recipe: r}
+	var probs []Problem
+	add := func(path, format string, args ...any) {
+		probs = append(probs, Problem{Path: path, Msg: fmt.Sprintf(format, args...)})
+	}
+	roleNames := make([]string, len(r.Roles))
+	index := map[string]int{}
+	for i, role := range r.Roles {
+		roleNames[i] = role.Name
+		index[role.Name] = i
+	}
+	known := func(path, what, name string) bool {
+		if _, ok := index[name]; ok {
+			return true
+		}
+		add(path, "%s %q is not a role of this recipe (roles: %s)%s", what, name, strings.Join(roleNames, ", "), hint(name, roleNames))
+		return false
+	}
+
+	// Roles and their contracts.
+	for i, role := range r.Roles {
+		c, err := specializations.Get(role.Specialization)
+		if err != nil {
+			add(fmt.Sprintf("roles[%d].specialization", i), "%v", err)
+			continue
+		}
+		cfg := specializations.RoleConfig{Role: role, Knobs: r.Knobs}
+		g.Nodes = append(g.Nodes, Node{Role: role, Contract: c, Requires: c.Requires(cfg), Produces: c.Produces(cfg)})
+		if role.SyncToRollout && !role.Trainable {
+			add(fmt.Sprintf("roles[%d].sync_to_rollout", i), "role %q pushes weights to the rollout sampler but is not trainable: its weights never change", role.Name)
+		}
+		if from := role.Model.InitFrom; from != "" {
+			if from == role.Name {
+				add(fmt.Sprintf("roles[%d].model.init_from", i), "role %q cannot be initialised from itself", role.Name)
+			} else {
+				known(fmt.Sprintf("roles[%d].model.init_from", i), "init_from", from)
+			}
+		}
+		teacher := role.InitString("teacher")
+		if c.Teacher && teacher == "" && role.Trainable {
+			add(fmt.Sprintf("roles[%d].init", i), "specialization %q needs a frozen teacher role: set init: teacher: \"<role>\"", c.Name)
+		}
+		if teacher != "" && known(fmt.Sprintf("roles[%d].init.teacher", i), "teacher", teacher) {
+			if teacher == role.Name {
+				add(fmt.Sprintf("roles[%d].init.teacher", i), "role %q cannot be its own teacher", role.Name)
+			} else if r.Roles[index[teacher]].Trainable {
+				add(fmt.Sprintf("roles[%d].init.teacher", i), "teacher %q is trainable; a teacher must be frozen (trainable: false)", teacher)
+			}
+		}
+	}
+	nodeOf := map[string]Node{}
+	for _, n := range g.Nodes {
+		nodeOf[n.Role.Name] = n
+	}
+
+	// Syncs: endpoints, produced keys, row alignment.
+	provided := map[string][]string{}
+	for i, s := range r.Syncs {
+		okS := known(fmt.Sprintf("syncs[%d].source", i), "sync source", s.Source)
+		okT := known(fmt.Sprintf("syncs[%d].target", i), "sync target", s.Target)
+		if okT {
+			// Count the keys as provided even when the sync is broken, so
+			// that one mistake is not reported twice.
+			provided[s.Target] = append(provided[s.Target], s.TargetKeys...)
+		}
+		if !okS || !okT {
+			continue
+		}
+		if s.Source == s.Target {
+			add(fmt.Sprintf("syncs[%d].target", i), "sync from role %q to itself", s.Source)
+			continue
+		}
+		src, okS := nodeOf[s.Source]
+		dst, okT := nodeOf[s.Target]
+		if !okS || !okT {
+			continue // unknown specialization, reported above
+		}
+		for j, k := range s.Keys {
+			if !slices.Contains(src.Produces, k) {
+				add(fmt.Sprintf("syncs[%d].keys[%d]", i, j), "role %q (specialization %s) does not produce key %q (it produces: %s)%s",
+					s.Source, src.Contract.Name, k, strings.Join(src.Produces, ", "), hint(k, src.Produces))
+			}
+		}
+		if src.Contract.Data != dst.Contract.Data {
+			add(fmt.Sprintf("syncs[%d]", i), "role %q trains on %s data but role %q on %s data; a sync pairs their rows one to one",
+				s.Source, src.Contract.Data, s.Target, dst.Contract.Data)
+		}
+	}
+	if order, cycle := syncOrder(r); cycle != nil {
+		add(fmt.Sprintf("syncs[%d]", cycle[0]), "inject syncs form a cycle: %s", cycleString(r, cycle))
+	} else {
+		g.Syncs = order
+	}
+
+	// Every required key has a provider.
+	for i, role := range r.Roles {
+		n, ok := nodeOf[role.Name]
+		if !ok {
+			continue
+		}
+		have := append(append(append([]string(nil), n.Contract.Data.Keys()...), n.Produces...), provided[role.Name]...)
+		for _, k := range n.Requires {
+			if !slices.Contains(have, k) {
+				add(fmt.Sprintf("roles[%d]", i), "role %q (specialization %s) requires key %q, which neither its %s data, nor the role itself, nor an inject sync provides%s",
+					role.Name, n.Contract.Name, k, n.Contract.Data, keyHint(k, role.Name))
+			}
+		}
+	}
+
+	// Knobs that depend on roles.
+	trainable := 0
+	for _, n := range g.Nodes {
+		if n.Role.Trainable {
+			trainable++
+		}
+		if !n.Contract.Estimator || !n.Role.Trainable {
+			continue
+		}
+		est := r.Knobs.EstimatorFor(n.Role.Name)
+		path := "knobs.estimator"
+		if _, ok := r.Knobs.EstimatorMap[n.Role.Name]; ok {
+			path = "knobs.estimator_map." + n.Role.Name
+		}
+		if _, err := estimators.Get(est); err != nil {
+			add(path, "%v", err)
+			continue
+		}
+		if slices.Contains(groupEstimators, est) && r.Knobs.NSamplesPerPrompt < 2 {
+			add("knobs.n_samples_per_prompt", "estimator %s of role %q needs groups: n_samples_per_prompt must be at least 2 (it is %d)", est, n.Role.Name, r.Knobs.NSamplesPerPrompt)
+		}
+	}
+	for _, role := range sortedKeys(r.Knobs.EstimatorMap) {
+		known("knobs.estimator_map."+role, "estimator_map key", role)
+	}
+	if trainable == 0 && !r.Knobs.EvalOnly && len(g.Nodes) == len(r.Roles) {
+		add("roles", "no role is trainable (set knobs.eval_only: true to only evaluate)")
+	}
+	if rr := r.Task.RewardRole; rr != "" && known("task.reward_role", "reward_role", rr) {
+		if n, ok := nodeOf[rr]; ok && !slices.Contains(n.Produces, specializations.KeyRewards) {
+			add("task.reward_role", "reward role %q (specialization %s) does not produce rewards; use specialization reward_model", rr, n.Contract.Name)
+		}
+	}
+
+	// Pools, in recipe order.
+	for _, role := range r.Roles {
+		i := slices.IndexFunc(g.Pools, func(p Pool) bool { return p.Name == role.Pool })
+		if i < 0 {
+			g.Pools = append(g.Pools, Pool{Name: role.Pool})
+			i = len(g.Pools) - 1
+		}
+		g.Pools[i].Roles = append(g.Pools[i].Roles, role.Name)
+	}
+	return g, probs
+}
+
+// syncOrder sorts the inject syncs so that every sync into a role runs
+// before the syncs out of it (Kahn's algorithm over roles). On a cycle it
+// returns the indices of the syncs on it.
+func syncOrder(r *schema.Recipe) ([]schema.Sync, []int) {
+	// Syncs naming unknown roles or a role itself are reported elsewhere.
+	valid := r.Syncs[:0:0]
+	for _, s := range r.Syncs {
+		if _, okS := r.Role(s.Source); okS && s.Source != s.Target {
+			if _, okT := r.Role(s.Target); okT {
+				valid = append(valid, s)
+			}
+		}
+	}
+	r = &schema.Recipe{Roles: r.Roles, Syncs: valid}
+	in := map[string]int{}
+	for _, s := range r.Syncs {
+		in[s.Target]++
+	}
+	var ready []string
+	for _, role := range r.Roles {
+		if in[role.Name] == 0 {
+			ready = append(ready, role.Name)
+		}
+	}
+	done := make([]bool, len(r.Syncs))
+	var order []schema.Sync
+	for len(ready) > 0 {
+		role := ready[0]
+		ready = ready[1:]
+		for i, s := range r.Syncs {
+			if done[i] || s.Source != role {
+				continue
+			}
+			done[i] = true
+			order = append(order, s)
+			if in[s.Target]--; in[s.Target] == 0 {
+				ready = append(ready, s.Target)
+			}
+		}
+	}
+	if len(order) == len(r.Syncs) {
+		return order, nil
+	}
+	// A sync that never ran has a blocked source: one of its incoming syncs
+	// never ran either. Walking those backwards must revisit a role; the
+	// syncs since that role form the cycle.
+	i := slices.Index(done, false)
+	var path []int
+	at := map[string]int{}
+	for {
+		s := r.Syncs[i]
+		if k, ok := at[s.Target]; ok {
+			cycle := path[k:]
+			sort.Ints(cycle)
+			return nil, cycle
+		}
+		at[s.Target] = len(path)
+		path = append(path, i)
+		i = slices.IndexFunc(r.Syncs, func(p schema.Sync) bool { return p.Target == s.Source })
+		for j, p := range r.Syncs {
+			if !done[j] && p.Target == s.Source {
+				i = j
+				break
+			}
+		}
+		if i < 0 {
+			return nil, path // unreachable: a blocked role always has an incoming sync
+		}
+	}
+}
+
+func cycleString(r *schema.Recipe, cycle []int) string {
+	parts := make([]string, 0, len(cycle))
+	for _, i := range cycle {
+		s := r.Syncs[i]
+		parts = append(parts, fmt.Sprintf("%s → %s (syncs[%d])", s.Source, s.Target, i))
+	}
+	return strings.Join(parts, ", ")
+}
+
+func hint(s string, cands []string) string {
+	if m := schema.Suggest(s, cands); m != "" {
+		return fmt.Sprintf("; did you mean %q?", m)
+	}
+	return ""
+}
+
+// keyHint says how a missing key is usually provided.
+func keyHint(key, role string) string {
+	switch key {
+	case specializations.KeyRefLogProbs:
+		return fmt.Sprintf(`; set init: with_ref: true on role %q, or add a frozen reference role and {source: "reference", target: %q, keys: ["log_probs"], target_keys: ["ref_log_probs"]}`, role, role)
+	case specializations.KeyValues:
+		return fmt.Sprintf(`; GAE needs a value role: add {name: "value", specialization: "critic"} and {source: "value", target: %q, keys: ["values"]}`, role)
+	case specializations.KeyTeacherLogProbs:
+		return fmt.Sprintf(`; add a frozen teacher role and {source: "teacher", target: %q, keys: ["log_probs"], target_keys: ["teacher_log_probs"]}`, role)
+	case specializations.KeyTeacherLogits:
+		return fmt.Sprintf(`; add a frozen teacher role and {source: "teacher", target: %q, keys: ["logits"], target_keys: ["teacher_logits"]}`, role)
+	case specializations.KeyTeacherActions:
+		return fmt.Sprintf(`; add a frozen teacher role and {source: "teacher", target: %q, keys: ["actions"], target_keys: ["teacher_actions"]}`, role)
+	}
+	return ""
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	ks := make([]string, 0, len(m))
+	for k := range m {
+		ks = append(ks, k)
+	}
+	sort.Strings(ks)
+	return ks
+}

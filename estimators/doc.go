@@ -1,0 +1,9 @@
+// Package estimators holds the advantage estimators of stx (ALGORITHMS.md section A), their
+// registry, the role-aware reward/advantage pipeline that turns trajectory groups into per-token
+// advantages and metrics (Collect), rejection and dynamic sampling (section G), validation
+// metrics such as the unbiased pass@k (section J), and Rollout, the columnar rollout data that the
+// engine, the specializations and the estimators pass around.
+//
+// The package imports nothing of stx and no tensor library: all host-side math is done in float64
+// and per-token columns are stored as float32, the width the model side consumes.
+package estimators

@@ -1,0 +1,233 @@
+// Package safetensors reads and writes the Hugging Face safetensors format and
+// Hugging Face model directories (one file or shards with an index).
+//
+// A file is an 8-byte little-endian header length N, N bytes of JSON header
+// ({"__metadata__": {string: string}, "<name>": {"dtype", "shape",
+// "data_offsets": [begin, end]}, ...}, padded with spaces), then the tensors'
+// raw little-endian bytes, offsets relative to the end of the header.
+//
+// The package is written from the format description rather than wrapping
+// github.com/nlpodyssey/safetensors (evaluated at its latest pseudo-version,
+// v0.0.0-20250209183917): that library silently keeps the last of duplicated
+// tensor names (it decodes the header into a Go map), its errors name neither
+// the file nor, for most checks, the tensor, it has no bf16/f16 conversions
+// and no atomic file writes, and it has no tagged release.
+package safetensors
+
+import (
+	"bytes"
+	"cmp"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"strings"
+)
+
+// maxHeaderSize bounds the JSON header, as the reference implementation does,
+// so a corrupt length cannot ask for an absurd allocation.
+const maxHeaderSize = 100_000_000
+
+// metadataKey is the reserved header key holding free-form string metadata.
+const metadataKey = "__metadata__"
+
+// File is the decoded content of one safetensors file.
+type File struct {
+	Metadata map[string]string
+	Tensors  map[string]Tensor
+}
+
+// ReadFile reads and decodes the safetensors file at path. Errors name the file.
+func ReadFile(path string) (*File, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("safetensors: %w", err)
+	}
+	f, err := Decode(data)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return f, nil
+}
+
+// tensorInfo is one tensor entry of the header as written in JSON.
+type tensorInfo struct {
+	DType       *string   `json:"dtype"`
+	Shape       *[]uint64 `json:"shape"`
+	DataOffsets *[]uint64 `json:"data_offsets"`
+}
+
+// Decode parses a whole safetensors file held in memory. The returned tensors'
+// Data alias data. The file must be well formed: header length within the
+// file, valid JSON with each tensor named once, known dtypes, and data offsets
+// that tile the data section exactly (no gaps, overlaps or trailing bytes, as
+// the reference implementation requires) and match dtype × shape.
+func Decode(data []byte) (*File, error) {
+	if len(data) < 8 {
+		return nil, fmt.Errorf("safetensors: truncated file: %d bytes, need at least 8 for the header length", len(data))
+	}
+	n := binary.LittleEndian.Uint64(data)
+	if n > maxHeaderSize {
+		return nil, fmt.Errorf("safetensors: header length %d exceeds the limit of %d bytes", n, maxHeaderSize)
+	}
+	if n > uint64(len(data)-8) {
+		return nil, fmt.Errorf("safetensors: truncated file: header length %d is beyond the file's %d bytes", n, len(data))
+	}
+	header := data[8 : 8+n]
+	body := data[8+n:]
+
+	meta, infos, err := parseHeader(header)
+	if err != nil {
+		return nil, err
+	}
+
+	f := &File{Metadata: meta, Tensors: make(map[string]Tensor, len(infos))}
+	type span struct {
+		name       string
+		begin, end uint64
+	}
+	spans := make([]span, 0, len(infos))
+	for _, ti := range infos {
+		name := ti.name
+		dt := DType(*ti.info.DType)
+		if !dt.Valid() {
+			return nil, fmt.Errorf("safetensors: tensor %q: unknown dtype %q", name, dt)
+		}
+		shape := make([]int, len(*ti.info.Shape))
+		for i, d := range *ti.info.Shape {
+			if d > uint64(maxInt) {
+				return nil, fmt.Errorf("safetensors: tensor %q: dimension %d too large", name, d)
+			}
+			shape[i] = int(d)
+		}
+		want, err := byteSize(dt, shape)
+		if err != nil {
+			return nil, fmt.Errorf("safetensors: tensor %q: %w", name, err)
+		}
+		offs := *ti.info.DataOffsets
+		if len(offs) != 2 {
+			return nil, fmt.Errorf("safetensors: tensor %q: data_offsets has %d numbers, want 2", name, len(offs))
+		}
+		b, e := offs[0], offs[1]
+		if b > e {
+			return nil, fmt.Errorf("safetensors: tensor %q: data_offsets [%d, %d] end before they begin", name, b, e)
+		}
+		if e > uint64(len(body)) {
+			return nil, fmt.Errorf("safetensors: tensor %q: data_offsets [%d, %d] out of range: the data section has %d bytes (truncated file?)",
+				name, b, e, len(body))
+		}
+		if e-b != want {
+			return nil, fmt.Errorf("safetensors: tensor %q: data_offsets [%d, %d] span %d bytes, but %s%v needs %d",
+				name, b, e, e-b, dt, shape, want)
+		}
+		spans = append(spans, span{name, b, e})
+		f.Tensors[name] = Tensor{Name: name, DType: dt, Shape: shape, Data: body[b:e:e]}
+	}
+
+	// The spans must tile [0, len(body)) in offset order.
+	slices.SortFunc(spans, func(x, y span) int {
+		if x.begin != y.begin {
+			return cmp.Compare(x.begin, y.begin)
+		}
+		return cmp.Compare(x.end, y.end)
+	})
+	var pos uint64
+	prev := ""
+	for _, s := range spans {
+		switch {
+		case s.begin < pos:
+			return nil, fmt.Errorf("safetensors: tensor %q: data_offsets [%d, %d] overlap tensor %q, which ends at %d",
+				s.name, s.begin, s.end, prev, pos)
+		case s.begin > pos:
+			return nil, fmt.Errorf("safetensors: tensor %q: data_offsets begin at %d, leaving a gap after byte %d", s.name, s.begin, pos)
+		}
+		pos, prev = s.end, s.name
+	}
+	if pos != uint64(len(body)) {
+		return nil, fmt.Errorf("safetensors: the tensors cover %d data bytes, but the file has %d after the header", pos, len(body))
+	}
+	return f, nil
+}
+
+const maxInt = int(^uint(0) >> 1)
+
+type namedInfo struct {
+	name string
+	info tensorInfo
+}
+
+// parseHeader walks the header's top-level object token by token, so that a
+// name given twice is an error rather than silently overwritten.
+func parseHeader(header []byte) (map[string]string, []namedInfo, error) {
+	// Unknown fields in a tensor entry are ignored, as the reference
+	// implementation ignores them.
+	dec := json.NewDecoder(bytes.NewReader(header))
+	bad := func(err error) error {
+		return fmt.Errorf("safetensors: malformed JSON header: %w", err)
+	}
+	tok, err := dec.Token()
+	if err != nil {
+		return nil, nil, bad(err)
+	}
+	if tok != json.Delim('{') {
+		return nil, nil, bad(fmt.Errorf("it does not start with an object"))
+	}
+	var meta map[string]string
+	var infos []namedInfo
+	seen := map[string]bool{}
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return nil, nil, bad(err)
+		}
+		name, ok := tok.(string)
+		if !ok {
+			return nil, nil, bad(fmt.Errorf("unexpected %v", tok))
+		}
+		if name == "" {
+			return nil, nil, fmt.Errorf("safetensors: header has a tensor with an empty name")
+		}
+		if seen[name] {
+			return nil, nil, fmt.Errorf("safetensors: header names %q twice", name)
+		}
+		seen[name] = true
+		if name == metadataKey {
+			if err := dec.Decode(&meta); err != nil {
+				return nil, nil, bad(fmt.Errorf("%s: %w", metadataKey, err))
+			}
+			continue
+		}
+		var ti tensorInfo
+		if err := dec.Decode(&ti); err != nil {
+			return nil, nil, bad(fmt.Errorf("tensor %q: %w", name, err))
+		}
+		var missing []string
+		if ti.DType == nil {
+			missing = append(missing, "dtype")
+		}
+		if ti.Shape == nil {
+			missing = append(missing, "shape")
+		}
+		if ti.DataOffsets == nil {
+			missing = append(missing, "data_offsets")
+		}
+		if len(missing) > 0 {
+			return nil, nil, fmt.Errorf("safetensors: tensor %q: header entry lacks %s", name, strings.Join(missing, ", "))
+		}
+		infos = append(infos, namedInfo{name, ti})
+	}
+	if _, err := dec.Token(); err != nil { // the closing '}'
+		return nil, nil, bad(err)
+	}
+	// Only padding may follow the object.
+	if tok, err := dec.Token(); !errors.Is(err, io.EOF) {
+		if err == nil {
+			err = fmt.Errorf("unexpected %v after the header object", tok)
+		}
+		return nil, nil, bad(err)
+	}
+	return meta, infos, nil
+}

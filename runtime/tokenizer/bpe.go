@@ -1,0 +1,357 @@
+package tokenizer
+
+import (
+	"strings"
+	"unicode"
+	"unicode/utf8"
+)
+
+// BPE is a Hugging Face byte-level BPE tokenizer (GPT-2, Llama-3, Qwen2 and
+// their relatives), built by Load from tokenizer.json. It is immutable after
+// Load and safe for concurrent use.
+type BPE struct {
+	name string
+
+	vocab  map[string]int32 // model vocabulary
+	tokens []string         // id → text: vocabulary token, or an added token's content
+	// special marks ids Decode skips; added marks added tokens, which decode
+	// to their content.
+	special, added []bool
+	merges         map[[2]int32]merge
+
+	byteToRune [256]rune
+	runeToByte map[rune]byte
+	byteID     [256]int32 // id of each byte's single-character token
+
+	normalizers []func(string) string
+	steps       []preStep
+	// addedByFirst lists the added tokens by the first byte of their content,
+	// longest first, for leftmost-longest matching.
+	addedByFirst [256][]*addedToken
+	ignoreMerges bool
+
+	bos, eos, pad int32
+}
+
+// merge is the result of merging an adjacent pair: its priority and new id.
+type merge struct {
+	rank int32
+	id   int32
+}
+
+// addedToken is an entry of tokenizer.json's added_tokens.
+type addedToken struct {
+	id             int32
+	content        string
+	singleWord     bool
+	lstrip, rstrip bool
+}
+
+// preStep is one pre-tokenizer: a Split, or the byte-level step, which adds
+// the prefix space and applies the GPT-2 split if use_regex (else split is nil).
+type preStep struct {
+	split       *splitRegex
+	keepMatches bool // Split's behaviour: Isolated (true) or Removed
+	byteLevel   bool
+	prefixSpace bool
+}
+
+// Encode tokenizes text: added tokens found literally in the text become
+// their ids; the text between them is normalized, pre-tokenized and encoded
+// with BPE. No BOS or EOS is added.
+func (t *BPE) Encode(text string) []int32 {
+	ids := make([]int32, 0, len(text)/3+1)
+	var sc scratch
+	emit := func(piece string) { ids = t.bpe(piece, ids, &sc) }
+	t.eachSegment(text, func(plain string, id int32) {
+		if id >= 0 {
+			ids = append(ids, id)
+			return
+		}
+		for _, n := range t.normalizers {
+			plain = n(plain)
+		}
+		t.preTokenize(plain, emit)
+	})
+	if len(ids) == 0 {
+		return nil
+	}
+	return ids
+}
+
+// scratch holds buffers that one Encode call reuses from piece to piece.
+type scratch struct {
+	mapped []byte
+	syms   []symbol
+	queue  mergeQueue
+}
+
+// eachSegment calls fn for each added token (id ≥ 0) and each stretch of
+// plain text between them (id = −1), in order. Matches are leftmost-longest,
+// as Hugging Face's Aho-Corasick matcher finds them.
+func (t *BPE) eachSegment(text string, fn func(plain string, id int32)) {
+	plainStart := 0
+	for i := 0; i < len(text); {
+		a := t.addedAt(text, i)
+		if a == nil {
+			i++
+			continue
+		}
+		s, e := i, i+len(a.content)
+		if a.lstrip {
+			for s > plainStart {
+				r, w := utf8.DecodeLastRuneInString(text[plainStart:s])
+				if !unicode.IsSpace(r) {
+					break
+				}
+				s -= w
+			}
+		}
+		if a.rstrip {
+			for e < len(text) {
+				r, w := utf8.DecodeRuneInString(text[e:])
+				if !unicode.IsSpace(r) {
+					break
+				}
+				e += w
+			}
+		}
+		if s > plainStart {
+			fn(text[plainStart:s], -1)
+		}
+		fn("", a.id)
+		plainStart, i = e, e
+	}
+	if plainStart < len(text) {
+		fn(text[plainStart:], -1)
+	}
+}
+
+// addedAt returns the longest added token that matches text at i, or nil.
+func (t *BPE) addedAt(text string, i int) *addedToken {
+	for _, a := range t.addedByFirst[text[i]] {
+		if !strings.HasPrefix(text[i:], a.content) {
+			continue
+		}
+		if a.singleWord {
+			// Only as a whole word: no alphanumeric character on either side.
+			if r, _ := utf8.DecodeLastRuneInString(text[:i]); i > 0 && isAlnum(r) {
+				continue
+			}
+			if e := i + len(a.content); e < len(text) {
+				if r, _ := utf8.DecodeRuneInString(text[e:]); isAlnum(r) {
+					continue
+				}
+			}
+		}
+		return a
+	}
+	return nil
+}
+
+func isAlnum(r rune) bool { return unicode.IsLetter(r) || unicode.IsNumber(r) }
+
+// preTokenize applies the pre-tokenizer steps in order and calls emit for
+// each resulting piece. The pieces are raw text: the byte-level step (always
+// the last) splits and adds the prefix space, and bpe then reads each byte as
+// its byte-level character.
+func (t *BPE) preTokenize(text string, emit func(piece string)) {
+	t.applySteps(0, text, emit)
+}
+
+func (t *BPE) applySteps(i int, p string, emit func(string)) {
+	if i == len(t.steps) {
+		emit(p)
+		return
+	}
+	st := &t.steps[i]
+	if st.byteLevel {
+		if st.prefixSpace && !strings.HasPrefix(p, " ") {
+			p = " " + p
+		}
+		if st.split == nil {
+			t.applySteps(i+1, p, emit)
+			return
+		}
+	}
+	st.split.each(p, !st.byteLevel && !st.keepMatches, func(q string) { t.applySteps(i+1, q, emit) })
+}
+
+// bpe appends the ids of one pre-tokenized piece of raw text to ids.
+func (t *BPE) bpe(piece string, ids []int32, sc *scratch) []int32 {
+	if piece == "" {
+		return ids
+	}
+	if t.ignoreMerges {
+		// The whole piece, spelled in byte-level characters, may be a token.
+		sc.mapped = sc.mapped[:0]
+		for i := 0; i < len(piece); i++ {
+			sc.mapped = utf8.AppendRune(sc.mapped, t.byteToRune[piece[i]])
+		}
+		if id, ok := t.vocab[string(sc.mapped)]; ok {
+			return append(ids, id)
+		}
+	}
+	// Symbols start as the single bytes, each of which Load found in the
+	// vocabulary.
+	syms := sc.syms[:0]
+	for i := 0; i < len(piece); i++ {
+		syms = append(syms, symbol{id: t.byteID[piece[i]], prev: i - 1, next: i + 1})
+	}
+	syms[len(syms)-1].next = -1
+	sc.syms = syms
+
+	// Merge the lowest-ranked adjacent pair, leftmost first, until none is
+	// left: a heap of candidate merges, stale entries skipped when popped,
+	// as in Hugging Face's implementation.
+	q := sc.queue[:0]
+	defer func() { sc.queue = q[:0] }()
+	for i := 0; i+1 < len(syms); i++ {
+		if m, ok := t.merges[[2]int32{syms[i].id, syms[i+1].id}]; ok {
+			q.push(candidate{pos: i, rank: m.rank, id: m.id})
+		}
+	}
+	for len(q) > 0 {
+		c := q.pop()
+		s := &syms[c.pos]
+		if s.gone || s.next < 0 {
+			continue
+		}
+		nx := &syms[s.next]
+		if m, ok := t.merges[[2]int32{s.id, nx.id}]; !ok || m.id != c.id {
+			continue // the pair changed since this candidate was queued
+		}
+		s.id = c.id
+		nx.gone = true
+		s.next = nx.next
+		if s.next >= 0 {
+			syms[s.next].prev = c.pos
+			if m, ok := t.merges[[2]int32{s.id, syms[s.next].id}]; ok {
+				q.push(candidate{pos: c.pos, rank: m.rank, id: m.id})
+			}
+		}
+		if s.prev >= 0 {
+			if m, ok := t.merges[[2]int32{syms[s.prev].id, s.id}]; ok {
+				q.push(candidate{pos: s.prev, rank: m.rank, id: m.id})
+			}
+		}
+	}
+	for i := 0; i >= 0; i = syms[i].next {
+		ids = append(ids, syms[i].id)
+	}
+	return ids
+}
+
+// symbol is a node of the doubly linked list of a piece being merged.
+type symbol struct {
+	id         int32
+	prev, next int
+	gone       bool
+}
+
+// candidate is a queued merge of the symbol at pos with its successor.
+type candidate struct {
+	pos  int
+	rank int32
+	id   int32
+}
+
+// mergeQueue is a binary min-heap of candidates ordered by rank, then
+// position (leftmost first). Hand-written rather than container/heap, which
+// boxes every element.
+type mergeQueue []candidate
+
+func (c candidate) before(d candidate) bool {
+	if c.rank != d.rank {
+		return c.rank < d.rank
+	}
+	return c.pos < d.pos
+}
+
+func (q *mergeQueue) push(c candidate) {
+	h := append(*q, c)
+	for i := len(h) - 1; i > 0; {
+		p := (i - 1) / 2
+		if !h[i].before(h[p]) {
+			break
+		}
+		h[i], h[p] = h[p], h[i]
+		i = p
+	}
+	*q = h
+}
+
+func (q *mergeQueue) pop() candidate {
+	h := *q
+	top := h[0]
+	last := len(h) - 1
+	h[0] = h[last]
+	h = h[:last]
+	for i := 0; ; {
+		l, m := 2*i+1, i
+		if l < len(h) && h[l].before(h[m]) {
+			m = l
+		}
+		if r := l + 1; r < len(h) && h[r].before(h[m]) {
+			m = r
+		}
+		if m == i {
+			break
+		}
+		h[i], h[m] = h[m], h[i]
+		i = m
+	}
+	*q = h
+	return top
+}
+
+// Decode joins the tokens of ids, skipping special tokens and unknown ids.
+// Vocabulary tokens are mapped back from byte-level characters to bytes (a
+// token with a character outside that alphabet is taken as its UTF-8 text,
+// as Hugging Face's decoder does); added tokens decode to their content. The
+// bytes are returned as they are: an incomplete UTF-8 sequence, as at the
+// end of a partial generation, is kept, not replaced by U+FFFD.
+func (t *BPE) Decode(ids []int32) string {
+	var out []byte
+	for _, id := range ids {
+		if id < 0 || int(id) >= len(t.tokens) || t.special[id] {
+			continue
+		}
+		tok := t.tokens[id]
+		if t.added[id] {
+			out = append(out, tok...)
+			continue
+		}
+		out = t.appendBytes(out, tok)
+	}
+	return string(out)
+}
+
+// appendBytes appends the bytes a byte-level token stands for.
+func (t *BPE) appendBytes(out []byte, tok string) []byte {
+	n := len(out)
+	for _, r := range tok {
+		b, ok := t.runeToByte[r]
+		if !ok {
+			return append(out[:n], tok...)
+		}
+		out = append(out, b)
+	}
+	return out
+}
+
+// VocabSize is one more than the largest id of the vocabulary and added tokens.
+func (t *BPE) VocabSize() int { return len(t.tokens) }
+
+// BOS returns the id of tokenizer_config.json's bos_token, or -1.
+func (t *BPE) BOS() int32 { return t.bos }
+
+// EOS returns the id of tokenizer_config.json's eos_token, or -1.
+func (t *BPE) EOS() int32 { return t.eos }
+
+// PAD returns the id of tokenizer_config.json's pad_token; without one, EOS
+// (the usual choice when padding is masked out anyway).
+func (t *BPE) PAD() int32 { return t.pad }
+
+// Name returns "bpe:" and the name of the directory Load read.
+func (t *BPE) Name() string { return t.name }

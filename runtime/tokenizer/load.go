@@ -1,0 +1,407 @@
+package tokenizer
+
+import (
+	"bytes"
+	"cmp"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"golang.org/x/text/unicode/norm"
+)
+
+// tokenizerFile is the part of tokenizer.json that encoding and decoding use.
+// truncation, padding and post_processor are left out: Encode adds no
+// special tokens and never truncates or pads.
+type tokenizerFile struct {
+	AddedTokens  []addedTokenJSON `json:"added_tokens"`
+	Normalizer   json.RawMessage  `json:"normalizer"`
+	PreTokenizer json.RawMessage  `json:"pre_tokenizer"`
+	Decoder      json.RawMessage  `json:"decoder"`
+	Model        modelJSON        `json:"model"`
+}
+
+type addedTokenJSON struct {
+	ID         *int32 `json:"id"`
+	Content    string `json:"content"`
+	SingleWord bool   `json:"single_word"`
+	LStrip     bool   `json:"lstrip"`
+	RStrip     bool   `json:"rstrip"`
+	Special    bool   `json:"special"`
+}
+
+type modelJSON struct {
+	Type                    string            `json:"type"`
+	Vocab                   map[string]int32  `json:"vocab"`
+	Merges                  []json.RawMessage `json:"merges"`
+	Dropout                 *float64          `json:"dropout"`
+	ContinuingSubwordPrefix *string           `json:"continuing_subword_prefix"`
+	EndOfWordSuffix         *string           `json:"end_of_word_suffix"`
+	ByteFallback            bool              `json:"byte_fallback"`
+	IgnoreMerges            bool              `json:"ignore_merges"`
+}
+
+// typed reads the "type" of a tokenizer.json component.
+type typed struct {
+	Type string `json:"type"`
+}
+
+// Load reads dir/tokenizer.json (and dir/tokenizer_config.json, if present,
+// for bos_token, eos_token and pad_token) and returns its tokenizer.
+//
+// Supported: model BPE over the GPT-2 byte-level alphabet (all 256 byte
+// characters must be in the vocab; merges as "a b" strings or [a, b] pairs;
+// ignore_merges); added_tokens with special, single_word, lstrip and rstrip,
+// all matched on the raw text before normalization; normalizers NFC, NFD,
+// NFKC, NFKD, Lowercase and Sequence of them; pre-tokenizers Split (Regex or
+// String pattern, behaviour Isolated or Removed, not inverted) and ByteLevel
+// (add_prefix_space, use_regex), ByteLevel once and last, and Sequence of
+// them; decoder ByteLevel. Split patterns are translated to Go's regexp (see
+// regex.go); the GPT-2, Llama-3 and Qwen2 patterns use exact hand-written
+// scanners (scan.go). truncation, padding and post_processor are ignored.
+// Anything else (WordPiece, Unigram, Metaspace, byte_fallback, BPE dropout,
+// other normalizers, look-behind in patterns, ...) is an error naming it.
+func Load(dir string) (*BPE, error) {
+	path := filepath.Join(dir, "tokenizer.json")
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("tokenizer: %w", err)
+	}
+	var f tokenizerFile
+	if err := json.Unmarshal(raw, &f); err != nil {
+		return nil, fmt.Errorf("tokenizer: %s: %w", path, err)
+	}
+	t, err := build(&f)
+	if err != nil {
+		return nil, fmt.Errorf("tokenizer: %s: %w", path, err)
+	}
+	t.name = "bpe:" + filepath.Base(filepath.Clean(dir))
+	if err := t.loadSpecials(filepath.Join(dir, "tokenizer_config.json")); err != nil {
+		return nil, fmt.Errorf("tokenizer: %w", err)
+	}
+	return t, nil
+}
+
+// build constructs the tokenizer from a parsed tokenizer.json.
+func build(f *tokenizerFile) (*BPE, error) {
+	m := &f.Model
+	switch {
+	case m.Type != "BPE" && !(m.Type == "" && m.Vocab != nil):
+		return nil, fmt.Errorf("model type %q is not supported (only byte-level BPE)", m.Type)
+	case m.Dropout != nil && *m.Dropout != 0:
+		return nil, fmt.Errorf("BPE dropout %g is not supported", *m.Dropout)
+	case m.ContinuingSubwordPrefix != nil && *m.ContinuingSubwordPrefix != "":
+		return nil, fmt.Errorf("continuing_subword_prefix is not supported")
+	case m.EndOfWordSuffix != nil && *m.EndOfWordSuffix != "":
+		return nil, fmt.Errorf("end_of_word_suffix is not supported")
+	case m.ByteFallback:
+		return nil, fmt.Errorf("byte_fallback is not supported (byte-level BPE needs none)")
+	}
+	t := &BPE{vocab: m.Vocab, ignoreMerges: m.IgnoreMerges, bos: -1, eos: -1, pad: -1}
+
+	// id → text tables over the vocabulary and the added tokens.
+	size := int32(0)
+	for tok, id := range m.Vocab {
+		if id < 0 {
+			return nil, fmt.Errorf("vocab: token %q has negative id %d", tok, id)
+		}
+		size = max(size, id+1)
+	}
+	for _, a := range f.AddedTokens {
+		if a.ID == nil || *a.ID < 0 || a.Content == "" {
+			return nil, fmt.Errorf("added token %q: missing or negative id, or empty content", a.Content)
+		}
+		size = max(size, *a.ID+1)
+	}
+	t.tokens = make([]string, size)
+	t.special = make([]bool, size)
+	t.added = make([]bool, size)
+	have := make([]bool, size)
+	for tok, id := range m.Vocab {
+		if have[id] {
+			return nil, fmt.Errorf("vocab: id %d is given to both %q and %q", id, t.tokens[id], tok)
+		}
+		have[id] = true
+		t.tokens[id] = tok
+	}
+	for _, a := range f.AddedTokens {
+		id := *a.ID
+		if t.added[id] && t.tokens[id] != a.Content {
+			return nil, fmt.Errorf("added tokens: id %d is given to both %q and %q", id, t.tokens[id], a.Content)
+		}
+		t.tokens[id], t.added[id], t.special[id] = a.Content, true, a.Special
+		at := &addedToken{id: id, content: a.Content, singleWord: a.SingleWord, lstrip: a.LStrip, rstrip: a.RStrip}
+		first := a.Content[0]
+		t.addedByFirst[first] = append(t.addedByFirst[first], at)
+	}
+	for i := range t.addedByFirst {
+		slices.SortStableFunc(t.addedByFirst[i], func(a, b *addedToken) int {
+			return cmp.Compare(len(b.content), len(a.content))
+		})
+	}
+
+	// The byte-level alphabet must be complete, so that any text encodes.
+	t.byteToRune = gpt2ByteToRune()
+	t.runeToByte = make(map[rune]byte, 256)
+	for b, r := range t.byteToRune {
+		t.runeToByte[r] = byte(b)
+		id, ok := m.Vocab[string(r)]
+		if !ok {
+			return nil, fmt.Errorf("vocab lacks the byte-level token %q for byte %#02x", string(r), b)
+		}
+		t.byteID[b] = id
+	}
+
+	t.merges = make(map[[2]int32]merge, len(m.Merges))
+	for rank, rm := range m.Merges {
+		a, b, err := parseMerge(rm)
+		if err != nil {
+			return nil, fmt.Errorf("merge %d: %w", rank, err)
+		}
+		ia, oka := m.Vocab[a]
+		ib, okb := m.Vocab[b]
+		id, okm := m.Vocab[a+b]
+		if !oka || !okb || !okm {
+			return nil, fmt.Errorf("merge %d (%q %q): a token or the merged token %q is not in the vocab", rank, a, b, a+b)
+		}
+		// A repeated pair keeps its last rank, as Hugging Face's map does.
+		t.merges[[2]int32{ia, ib}] = merge{rank: int32(rank), id: id}
+	}
+
+	var err error
+	if t.normalizers, err = parseNormalizer(f.Normalizer); err != nil {
+		return nil, fmt.Errorf("normalizer: %w", err)
+	}
+	if t.steps, err = parsePreTokenizer(f.PreTokenizer); err != nil {
+		return nil, fmt.Errorf("pre_tokenizer: %w", err)
+	}
+	if n := len(t.steps); n == 0 || !t.steps[n-1].byteLevel || slices.IndexFunc(t.steps, func(s preStep) bool { return s.byteLevel }) != n-1 {
+		return nil, fmt.Errorf("pre_tokenizer: exactly one ByteLevel step, last, is required")
+	}
+	if !isNull(f.Decoder) {
+		var d typed
+		if err := json.Unmarshal(f.Decoder, &d); err != nil || d.Type != "ByteLevel" {
+			return nil, fmt.Errorf("decoder %s is not supported (only ByteLevel)", f.Decoder)
+		}
+	}
+	return t, nil
+}
+
+// parseMerge reads a merge written as "a b" or as ["a", "b"].
+func parseMerge(raw json.RawMessage) (string, string, error) {
+	var s string
+	if err := json.Unmarshal(raw, &s); err == nil {
+		a, b, ok := strings.Cut(s, " ")
+		if !ok || a == "" || b == "" || strings.Contains(b, " ") {
+			return "", "", fmt.Errorf("%q is not two tokens separated by one space", s)
+		}
+		return a, b, nil
+	}
+	var pair []string
+	if err := json.Unmarshal(raw, &pair); err != nil || len(pair) != 2 {
+		return "", "", fmt.Errorf("%s is neither \"a b\" nor [\"a\", \"b\"]", raw)
+	}
+	return pair[0], pair[1], nil
+}
+
+func isNull(raw json.RawMessage) bool {
+	return len(raw) == 0 || bytes.Equal(bytes.TrimSpace(raw), []byte("null"))
+}
+
+// parseNormalizer returns the normalization functions to apply in order.
+func parseNormalizer(raw json.RawMessage) ([]func(string) string, error) {
+	if isNull(raw) {
+		return nil, nil
+	}
+	var n struct {
+		Type        string            `json:"type"`
+		Normalizers []json.RawMessage `json:"normalizers"`
+	}
+	if err := json.Unmarshal(raw, &n); err != nil {
+		return nil, err
+	}
+	switch n.Type {
+	case "NFC":
+		return []func(string) string{norm.NFC.String}, nil
+	case "NFD":
+		return []func(string) string{norm.NFD.String}, nil
+	case "NFKC":
+		return []func(string) string{norm.NFKC.String}, nil
+	case "NFKD":
+		return []func(string) string{norm.NFKD.String}, nil
+	case "Lowercase":
+		return []func(string) string{strings.ToLower}, nil
+	case "Sequence":
+		var out []func(string) string
+		for _, sub := range n.Normalizers {
+			fs, err := parseNormalizer(sub)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, fs...)
+		}
+		return out, nil
+	}
+	return nil, fmt.Errorf("type %q is not supported", n.Type)
+}
+
+// parsePreTokenizer returns the pre-tokenizer steps to apply in order.
+func parsePreTokenizer(raw json.RawMessage) ([]preStep, error) {
+	if isNull(raw) {
+		return nil, nil
+	}
+	var p struct {
+		Type           string            `json:"type"`
+		Pretokenizers  []json.RawMessage `json:"pretokenizers"`
+		Pattern        map[string]string `json:"pattern"`
+		Behavior       string            `json:"behavior"`
+		Invert         bool              `json:"invert"`
+		AddPrefixSpace bool              `json:"add_prefix_space"`
+		UseRegex       *bool             `json:"use_regex"`
+	}
+	if err := json.Unmarshal(raw, &p); err != nil {
+		return nil, err
+	}
+	switch p.Type {
+	case "Sequence":
+		var out []preStep
+		for _, sub := range p.Pretokenizers {
+			steps, err := parsePreTokenizer(sub)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, steps...)
+		}
+		return out, nil
+	case "ByteLevel":
+		st := preStep{byteLevel: true, prefixSpace: p.AddPrefixSpace}
+		if p.UseRegex == nil || *p.UseRegex { // use_regex defaults to true
+			re, err := compileSplit(gpt2Pattern)
+			if err != nil {
+				return nil, err
+			}
+			st.split = re
+		}
+		return []preStep{st}, nil
+	case "Split":
+		if p.Invert {
+			return nil, fmt.Errorf("a Split with invert is not supported")
+		}
+		var pattern string
+		if r, ok := p.Pattern["Regex"]; ok {
+			pattern = r
+		} else if s, ok := p.Pattern["String"]; ok {
+			pattern = quoteOniguruma(s)
+		} else {
+			return nil, fmt.Errorf("a Split pattern %v is neither Regex nor String", p.Pattern)
+		}
+		re, err := compileSplit(pattern)
+		if err != nil {
+			return nil, err
+		}
+		switch p.Behavior {
+		case "Isolated":
+			return []preStep{{split: re, keepMatches: true}}, nil
+		case "Removed":
+			return []preStep{{split: re, keepMatches: false}}, nil
+		}
+		return nil, fmt.Errorf("a Split behavior %q is not supported (Isolated, Removed)", p.Behavior)
+	}
+	return nil, fmt.Errorf("type %q is not supported", p.Type)
+}
+
+// quoteOniguruma escapes a literal so that no character is special, using
+// escapes that both Oniguruma and the translation to Go accept.
+func quoteOniguruma(s string) string {
+	var b strings.Builder
+	for _, r := range s {
+		if strings.ContainsRune(`\.+*?()|[]{}^$`, r) {
+			b.WriteByte('\\')
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
+}
+
+// gpt2ByteToRune is GPT-2's reversible byte → character map: printable
+// Latin-1 bytes stand for themselves, the other 68 bytes for U+0100 onwards
+// in byte order, so no token contains whitespace or control characters.
+func gpt2ByteToRune() [256]rune {
+	var m [256]rune
+	next := rune(256)
+	for b := range 256 {
+		if ('!' <= b && b <= '~') || (0xa1 <= b && b <= 0xac) || (0xae <= b && b <= 0xff) {
+			m[b] = rune(b)
+		} else {
+			m[b] = next
+			next++
+		}
+	}
+	return m
+}
+
+// loadSpecials sets BOS, EOS and PAD from tokenizer_config.json, whose entries
+// are a token's text, an object with its "content", or null. A missing file
+// leaves them at -1; PAD falls back to EOS.
+func (t *BPE) loadSpecials(path string) error {
+	raw, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		t.pad = t.eos
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	var cfg struct {
+		BOS json.RawMessage `json:"bos_token"`
+		EOS json.RawMessage `json:"eos_token"`
+		PAD json.RawMessage `json:"pad_token"`
+	}
+	if err := json.Unmarshal(raw, &cfg); err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	for _, s := range []struct {
+		key string
+		raw json.RawMessage
+		dst *int32
+	}{{"bos_token", cfg.BOS, &t.bos}, {"eos_token", cfg.EOS, &t.eos}, {"pad_token", cfg.PAD, &t.pad}} {
+		if isNull(s.raw) {
+			continue
+		}
+		var text string
+		if err := json.Unmarshal(s.raw, &text); err != nil {
+			var obj struct {
+				Content string `json:"content"`
+			}
+			if err := json.Unmarshal(s.raw, &obj); err != nil || obj.Content == "" {
+				return fmt.Errorf("%s: %s is neither a string nor an object with content", path, s.key)
+			}
+			text = obj.Content
+		}
+		id, ok := t.idOf(text)
+		if !ok {
+			return fmt.Errorf("%s: %s %q is not a token of tokenizer.json", path, s.key, text)
+		}
+		*s.dst = id
+	}
+	if t.pad < 0 {
+		t.pad = t.eos
+	}
+	return nil
+}
+
+// idOf finds a token's id, added tokens first.
+func (t *BPE) idOf(text string) (int32, bool) {
+	for id, tok := range t.tokens {
+		if t.added[id] && tok == text {
+			return int32(id), true
+		}
+	}
+	id, ok := t.vocab[text]
+	return id, ok
+}

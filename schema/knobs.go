@@ -1,0 +1,220 @@
+package schema
+
+import (
+	"fmt"
+	"strings"
+
+	"cuelang.org/go/cue/ast"
+	"cuelang.org/go/cue/format"
+	"cuelang.org/go/cue/parser"
+	"cuelang.org/go/cue/token"
+)
+
+// KnobDoc documents one knob, read from the schema's own source so that the
+// documentation cannot drift from the constraints.
+type KnobDoc struct {
+	Name       string
+	Doc        string
+	Constraint string // the type and range, e.g. "number & >0 & <=1"
+	Default    string // "" when the knob has none (optional knobs)
+	Optional   bool
+	Hot        bool // a running job may change it (hot reload)
+	Group      string
+}
+
+// Env is the knob's environment variable ("" for a map knob, which only
+// files and --set can give).
+func (k KnobDoc) Env() string {
+	if strings.HasPrefix(k.Constraint, "{") {
+		return ""
+	}
+	return EnvName(k.Name)
+}
+
+// EnvName is the environment variable of a knob name.
+func EnvName(knob string) string { return "STX_" + strings.ToUpper(knob) }
+
+// KnobDocs lists the knobs of #Knobs in schema order.
+func KnobDocs() ([]KnobDoc, error) {
+	f, err := parser.ParseFile(schemaFile, schemaSource, parser.ParseComments)
+	if err != nil {
+		return nil, fmt.Errorf("embedded schema: %w", err)
+	}
+	var body *ast.StructLit
+	for _, d := range f.Decls {
+		if fd, ok := d.(*ast.Field); ok && labelName(fd.Label) == "#Knobs" {
+			body, _ = fd.Value.(*ast.StructLit)
+		}
+	}
+	if body == nil {
+		return nil, fmt.Errorf("embedded schema: no #Knobs struct")
+	}
+	var out []KnobDoc
+	group := ""
+	for _, d := range body.Elts {
+		fd, ok := d.(*ast.Field)
+		if !ok {
+			continue
+		}
+		k := KnobDoc{Name: labelName(fd.Label), Optional: fd.Constraint == token.OPTION, Group: group}
+		for _, cg := range ast.Comments(fd) {
+			if cg.Position != 0 {
+				continue
+			}
+			text := strings.TrimSpace(cg.Text())
+			// A "---- name ----" line above the doc starts a new group.
+			var docLines []string
+			for _, line := range strings.Split(text, "\n") {
+				if g, ok := strings.CutPrefix(line, "---- "); ok {
+					group = strings.TrimSuffix(g, " ----")
+					k.Group = group
+					continue
+				}
+				if strings.TrimSpace(line) != "" {
+					docLines = append(docLines, line)
+				}
+			}
+			k.Doc = strings.Join(docLines, " ")
+		}
+		for _, a := range fd.Attrs {
+			if strings.HasPrefix(a.Text, "@knob(") {
+				k.Hot = strings.Contains(a.Text, "hot")
+			}
+		}
+		k.Constraint, k.Default = splitDefault(fd.Value)
+		k.Constraint = strings.Join(strings.Fields(k.Constraint), " ")
+		out = append(out, k)
+	}
+	return out, nil
+}
+
+// splitDefault separates "constraint | *default" into its two parts. An
+// enum keeps all its values as the constraint.
+func splitDefault(x ast.Expr) (constraint, def string) {
+	var alts []ast.Expr
+	var flatten func(ast.Expr)
+	flatten = func(e ast.Expr) {
+		if b, ok := e.(*ast.BinaryExpr); ok && b.Op == token.OR {
+			flatten(b.X)
+			flatten(b.Y)
+			return
+		}
+		alts = append(alts, e)
+	}
+	flatten(x)
+	var rest []string
+	allLits := true
+	for _, a := range alts {
+		if u, ok := a.(*ast.UnaryExpr); ok && u.Op == token.MUL {
+			def = exprString(u.X)
+			if _, lit := u.X.(*ast.BasicLit); !lit {
+				allLits = false
+			}
+			continue
+		}
+		if _, lit := a.(*ast.BasicLit); !lit {
+			allLits = false
+		}
+		rest = append(rest, exprString(a))
+	}
+	if allLits && def != "" {
+		rest = append([]string{def}, rest...)
+	}
+	return strings.Join(rest, " | "), def
+}
+
+func exprString(e ast.Expr) string {
+	b, err := format.Node(e)
+	if err != nil {
+		return fmt.Sprint(e)
+	}
+	return string(b)
+}
+
+func labelName(l ast.Label) string {
+	name, _, _ := ast.LabelName(l)
+	return name
+}
+
+// splitSchema returns the schema as stx unifies recipes with it: #Knobs
+// without its `*default` marks, plus the defaults by knob name. Recipes may
+// set knob defaults of their own (the catalog's `defaults`); had the schema
+// defaults too, CUE would find two defaults and resolve neither. stx fills
+// a schema default in only where a recipe has no value and no default.
+func splitSchema() (string, map[string]string, error) {
+	f, err := parser.ParseFile(schemaFile, schemaSource, parser.ParseComments)
+	if err != nil {
+		return "", nil, fmt.Errorf("embedded schema: %w", err)
+	}
+	defaults := map[string]string{}
+	for _, d := range f.Decls {
+		fd, ok := d.(*ast.Field)
+		if !ok || labelName(fd.Label) != "#Knobs" {
+			continue
+		}
+		body, _ := fd.Value.(*ast.StructLit)
+		if body == nil {
+			continue
+		}
+		for _, e := range body.Elts {
+			kf, ok := e.(*ast.Field)
+			if !ok {
+				continue
+			}
+			v, def := stripDefault(kf.Value)
+			if def != "" {
+				kf.Value = v
+				defaults[labelName(kf.Label)] = def
+			}
+		}
+	}
+	b, err := format.Node(f)
+	if err != nil {
+		return "", nil, fmt.Errorf("embedded schema: %w", err)
+	}
+	return string(b), defaults, nil
+}
+
+// stripDefault removes the `*x` alternative of a disjunction; in an enum of
+// literals the default stays as a plain alternative.
+func stripDefault(x ast.Expr) (ast.Expr, string) {
+	var alts []ast.Expr
+	var flatten func(ast.Expr)
+	flatten = func(e ast.Expr) {
+		if b, ok := e.(*ast.BinaryExpr); ok && b.Op == token.OR {
+			flatten(b.X)
+			flatten(b.Y)
+			return
+		}
+		alts = append(alts, e)
+	}
+	flatten(x)
+	var rest []ast.Expr
+	def := ""
+	var defExpr ast.Expr
+	allLits := true
+	for _, a := range alts {
+		if u, ok := a.(*ast.UnaryExpr); ok && u.Op == token.MUL {
+			def, defExpr = exprString(u.X), u.X
+			continue
+		}
+		if _, lit := a.(*ast.BasicLit); !lit {
+			allLits = false
+		}
+		rest = append(rest, a)
+	}
+	if def == "" {
+		return x, ""
+	}
+	if allLits {
+		rest = append([]ast.Expr{defExpr}, rest...)
+	}
+	if len(rest) == 0 {
+		return ast.NewIdent("_"), def
+	}
+	out := rest[0]
+	for _, a := range rest[1:] {
+		out = &ast.BinaryExpr{X: out, Op: token.OR, Y: a}
+	}
+	return out, def
+}

@@ -1,0 +1,482 @@
+// Package schema is stx's recipe language: the CUE schema embedded in the
+// binary, loading of recipe files, validation with file:line:col errors,
+// command-line and environment overrides, and decoding into Go structs.
+//
+// It knows CUE and nothing of training: checks that need the registries of
+// specializations or estimators live in the engine, which passes the
+// registered names in through Enums.
+package schema
+
+import (
+	_ "embed"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	"cuelang.org/go/cue"
+	"cuelang.org/go/cue/ast"
+	"cuelang.org/go/cue/cuecontext"
+	"cuelang.org/go/cue/load"
+	"cuelang.org/go/cue/parser"
+	"cuelang.org/go/cue/token"
+)
+
+//go:embed schema.cue
+var schemaSource string
+
+// Source returns the CUE text of the schema as embedded in the binary.
+func Source() string { return schemaSource }
+
+// schemaFile is the name of the schema inside a loaded package. Errors whose
+// only position is in this file are reported at the user's value instead.
+const schemaFile = "stx.schema.cue"
+
+// Enums are the names the Go registries know; they close the schema's
+// #SpecializationName, #EstimatorName and #TaskName.
+type Enums struct {
+	Specializations []string
+	Estimators      []string
+	Tasks           []string
+}
+
+// Options control Load.
+type Options struct {
+	Enums Enums
+	// Sets are "path=value" overrides (--set); a path is relative to each
+	// recipe ("knobs.lr") or names one ("recipes.grpo.knobs.lr").
+	Sets []string
+	// Env is the environment (os.Environ() form); STX_<KNOB> variables
+	// override knobs of every recipe.
+	Env []string
+	// EnvAllow are STX_ variables that are not knobs (e.g. STX_BACKEND).
+	EnvAllow []string
+	// Only restricts overrides and decoding to one recipe ("" = all).
+	Only string
+	// Builtin is the catalog loaded as "recipes.cue" when no arguments are
+	// given and the working directory has no recipes.cue.
+	Builtin []byte
+	// Dir is the working directory (default: the process's).
+	Dir string
+}
+
+// Catalog is a loaded, validated set of recipes.
+type Catalog struct {
+	// Names of the recipes in the order they were defined.
+	Names []string
+	// Recipes by name, resolved with defaults and overrides.
+	Recipes map[string]*Recipe
+	// Files that were loaded (as given, or "recipes.cue" for the builtin).
+	Files []string
+
+	dir       string
+	values    map[string]cue.Value // unified with the schema
+	userRoot  cue.Value            // the user's files alone, for positions
+	recipeDef cue.Value            // #Recipe
+	overrides map[string][]override
+}
+
+// Pos returns the position of the value at path inside a recipe (path is
+// relative to the recipe, e.g. "syncs[0].keys"). It walks up to the nearest
+// value that has a position in a user source.
+func (c *Catalog) Pos(recipe, path string) Position {
+	for _, o := range c.overrides[recipe] {
+		if pathHasPrefix(path, o.pathString()) {
+			return o.pos
+		}
+	}
+	full := "recipes." + recipe
+	if recipe == "" {
+		full = "recipes"
+	}
+	if path != "" {
+		full += "." + path
+		if strings.HasPrefix(path, "[") {
+			full = "recipes." + recipe + path
+		}
+	}
+	for ; full != ""; full = parentPath(full) {
+		if p, ok := c.userPathPos(full); ok {
+			return p
+		}
+	}
+	return Position{File: c.Files[0], Line: 1, Col: 1}
+}
+
+// Value returns the CUE value of a recipe (for export).
+func (c *Catalog) Value(recipe string) (cue.Value, bool) {
+	v, ok := c.values[recipe]
+	return v, ok
+}
+
+func (c *Catalog) userPos(p token.Pos) (Position, bool) {
+	if !p.IsValid() || p.Filename() == "" || filepath.Base(p.Filename()) == schemaFile {
+		return Position{}, false
+	}
+	return Position{File: relName(c.dir, p.Filename()), Line: p.Line(), Col: p.Column()}, true
+}
+
+func relName(dir, name string) string {
+	if strings.HasPrefix(name, "--set") || strings.HasPrefix(name, "$") {
+		return name
+	}
+	if r, err := filepath.Rel(dir, name); err == nil && !strings.HasPrefix(r, "..") {
+		return r
+	}
+	return name
+}
+
+// Load reads recipe files (several files of one package, or one package
+// directory), validates every recipe against the schema in two passes
+// (CUE constraints, then cross-field checks in Go) and decodes them. All
+// problems are returned together as a List; the Catalog holds the recipes
+// that are valid.
+func Load(args []string, opts Options) (*Catalog, error) {
+	dir := opts.Dir
+	if dir == "" {
+		dir = "."
+	}
+	dir, err := filepath.Abs(dir)
+	if err != nil {
+		return nil, fmt.Errorf("working directory: %w", err)
+	}
+	c := &Catalog{
+		Recipes:   map[string]*Recipe{},
+		dir:       dir,
+		values:    map[string]cue.Value{},
+		overrides: map[string][]override{},
+	}
+	ctx := cuecontext.New()
+	stripped, knobDefaults, err := splitSchema()
+	if err != nil {
+		return nil, err
+	}
+	schemaText := stripped + opts.Enums.cue()
+
+	overlay := map[string]load.Source{}
+	builtin := map[string][]byte{}
+	var loadArgs []string
+	var errs List
+	if len(args) == 0 {
+		args = []string{"recipes.cue"}
+		if _, err := os.Stat(filepath.Join(dir, "recipes.cue")); err != nil && opts.Builtin != nil {
+			p := filepath.Join(dir, "recipes.cue")
+			overlay[p] = load.FromBytes(opts.Builtin)
+			builtin[p] = opts.Builtin
+		}
+	}
+	c.Files = args
+	pkg, schemaDir, err := packageOf(dir, args, builtin)
+	if err != nil {
+		return nil, err
+	}
+	header := "package " + pkg + "\n"
+	if pkg == "" {
+		header = ""
+	}
+	// The schema file's own package clause is replaced by the user's.
+	body := strings.Replace(schemaText, "package stx\n", "", 1)
+	schemaPath := filepath.Join(schemaDir, schemaFile)
+	overlay[schemaPath] = load.FromString(header + body)
+	loadArgs = append(loadArgs, args...)
+	if isFileArgs(dir, args) {
+		loadArgs = append(loadArgs, schemaPath)
+	}
+
+	// The same files against a stub schema (every definition is top) give
+	// the user's own values, whose positions are the ones to report.
+	stubOverlay := map[string]load.Source{}
+	for k, v := range overlay {
+		stubOverlay[k] = v
+	}
+	stubOverlay[schemaPath] = load.FromString(header + stubSchema())
+	if ui := load.Instances(loadArgs, &load.Config{Dir: dir, Overlay: stubOverlay}); len(ui) == 1 && ui[0].Err == nil {
+		c.userRoot = ctx.BuildInstance(ui[0])
+	}
+
+	insts := load.Instances(loadArgs, &load.Config{Dir: dir, Overlay: overlay})
+	if len(insts) != 1 {
+		return nil, List{{Pos: Position{File: args[0]}, Msg: fmt.Sprintf("expected one CUE package, found %d", len(insts))}}
+	}
+	if err := insts[0].Err; err != nil {
+		return nil, c.convert(err, "").Sort()
+	}
+	root := ctx.BuildInstance(insts[0])
+	recipes := root.LookupPath(cue.ParsePath("recipes"))
+	if !recipes.Exists() {
+		if err := root.Err(); err != nil {
+			return nil, c.convert(err, "").Sort()
+		}
+		return nil, List{{Pos: Position{File: args[0], Line: 1, Col: 1}, Msg: `no recipes: define them under a top-level "recipes" struct`}}
+	}
+	// Only "recipes" and definitions/hidden helpers may stand at the top.
+	top, err := root.Fields()
+	if err == nil {
+		for top.Next() {
+			if sel := top.Selector(); sel.IsString() && sel.String() != "recipes" {
+				p, _ := c.userPos(top.Value().Pos())
+				errs = append(errs, &Error{Pos: p, Path: sel.String(), Msg: `field not allowed at the top level: only "recipes" (use _hidden fields or #definitions for helpers)`})
+			}
+		}
+	}
+
+	schemaVal := ctx.CompileString(schemaText, cue.Filename(schemaFile))
+	if err := schemaVal.Err(); err != nil {
+		return nil, fmt.Errorf("embedded schema: %w", err)
+	}
+	recipeDef := schemaVal.LookupPath(cue.ParsePath("#Recipe"))
+	c.recipeDef = recipeDef
+
+	sets, setErrs := parseOverrides(ctx, opts)
+	errs = append(errs, setErrs...)
+
+	it, err := recipes.Fields()
+	if err != nil {
+		return nil, append(errs, c.convert(err, "")...).Sort()
+	}
+	reported := map[string]bool{}
+	for it.Next() {
+		name := it.Selector().Unquoted()
+		rv := fillDefaults(ctx, it.Value(), knobDefaults)
+		c.Names = append(c.Names, name)
+		c.values[name] = rv
+		rerrs := c.validate(rv, recipeDef, "recipes."+name)
+		if len(rerrs) > 0 {
+			errs = append(errs, rerrs...)
+			continue
+		}
+		if opts.Only != "" && opts.Only != name {
+			continue
+		}
+		r, oerrs := c.resolve(ctx, name, rv, recipeDef, sets)
+		if len(oerrs) > 0 {
+			for _, e := range oerrs {
+				// An override of every recipe that fails fails the same way
+				// in each: report it once, under its own path.
+				if o, ok := overrideAt(sets, e.Pos); ok && o.recipe == "" {
+					if rel, ok := strings.CutPrefix(e.Path, "recipes."+name+"."); ok {
+						e.Path = rel
+					}
+					if reported[e.Error()] {
+						continue
+					}
+					reported[e.Error()] = true
+				}
+				errs = append(errs, e)
+			}
+			continue
+		}
+		cerrs := c.check(r)
+		if len(cerrs) > 0 {
+			errs = append(errs, cerrs...)
+			continue
+		}
+		c.Recipes[name] = r
+	}
+	if len(c.Names) == 0 {
+		errs = append(errs, &Error{Pos: Position{File: args[0], Line: 1, Col: 1}, Msg: `no recipes: define them under a top-level "recipes" struct`})
+	}
+	if opts.Only != "" {
+		if _, ok := c.values[opts.Only]; !ok {
+			errs = append(errs, &Error{Pos: Position{File: args[0]}, Msg: fmt.Sprintf("no recipe %q%s", opts.Only, didYouMean(opts.Only, c.Names))})
+		}
+	}
+	for _, s := range sets {
+		if s.recipe != "" {
+			if _, ok := c.values[s.recipe]; !ok {
+				errs = append(errs, &Error{Pos: s.pos, Path: "recipes." + s.recipe, Msg: fmt.Sprintf("no recipe %q%s", s.recipe, didYouMean(s.recipe, c.Names))})
+			}
+		}
+	}
+	if len(errs) > 0 {
+		return c, errs.Sort()
+	}
+	return c, nil
+}
+
+// fillDefaults gives every knob that has neither a value nor a default in
+// the recipe the schema's default, in one unification.
+func fillDefaults(ctx *cue.Context, rv cue.Value, defaults map[string]string) cue.Value {
+	var b strings.Builder
+	b.WriteString("knobs: {\n")
+	n := 0
+	knobs := rv.LookupPath(cue.MakePath(cue.Str("knobs")))
+	for _, name := range sortedKeys(defaults) {
+		kv := knobs.LookupPath(cue.MakePath(cue.Str(name)))
+		if kv.IsConcrete() {
+			continue
+		}
+		if _, ok := kv.Default(); ok {
+			continue
+		}
+		fmt.Fprintf(&b, "\t%s: %s\n", name, defaults[name])
+		n++
+	}
+	if n == 0 {
+		return rv
+	}
+	b.WriteString("}\n")
+	return rv.Unify(ctx.CompileString(b.String(), cue.Filename(schemaFile)))
+}
+
+func overrideAt(sets []override, p Position) (override, bool) {
+	for _, o := range sets {
+		if o.pos == p {
+			return o, true
+		}
+	}
+	return override{}, false
+}
+
+func didYouMean(s string, cands []string) string {
+	if m := Suggest(s, cands); m != "" {
+		return fmt.Sprintf("; did you mean %q?", m)
+	}
+	return ""
+}
+
+// stubSchema declares every definition of the schema as top (_), so that
+// user files referring to #Recipe & co. evaluate without the constraints.
+func stubSchema() string {
+	var b strings.Builder
+	for _, line := range strings.Split(schemaSource, "\n") {
+		if strings.HasPrefix(line, "#") {
+			if name, _, ok := strings.Cut(line, ":"); ok {
+				fmt.Fprintf(&b, "%s: _\n", name)
+			}
+		}
+	}
+	return b.String()
+}
+
+// cue renders the registry names as CUE disjunctions closing the schema.
+func (e Enums) cue() string {
+	var b strings.Builder
+	b.WriteString("\n")
+	for _, x := range []struct {
+		name  string
+		names []string
+	}{{"#SpecializationName", e.Specializations}, {"#EstimatorName", e.Estimators}, {"#TaskName", e.Tasks}} {
+		if len(x.names) == 0 {
+			continue
+		}
+		names := append([]string(nil), x.names...)
+		sort.Strings(names)
+		quoted := make([]string, len(names))
+		for i, n := range names {
+			quoted[i] = fmt.Sprintf("%q", n)
+		}
+		fmt.Fprintf(&b, "%s: %s\n", x.name, strings.Join(quoted, " | "))
+	}
+	return b.String()
+}
+
+func isFileArgs(dir string, args []string) bool {
+	for _, a := range args {
+		if !strings.HasSuffix(a, ".cue") {
+			return false
+		}
+		if st, err := os.Stat(abs(dir, a)); err == nil && st.IsDir() {
+			return false
+		}
+	}
+	return true
+}
+
+func abs(dir, p string) string {
+	if filepath.IsAbs(p) {
+		return p
+	}
+	return filepath.Join(dir, p)
+}
+
+// packageOf finds the package name shared by the loaded files and the
+// directory the schema file joins. Several packages in one directory, or
+// files of different packages, are errors (CUE would refuse them too, with
+// a less helpful message).
+func packageOf(dir string, args []string, builtin map[string][]byte) (pkg, schemaDir string, err error) {
+	var files []string
+	if isFileArgs(dir, args) {
+		for _, a := range args {
+			files = append(files, abs(dir, a))
+		}
+		schemaDir = filepath.Dir(files[0])
+	} else {
+		if len(args) != 1 {
+			return "", "", List{{Pos: Position{File: args[1]}, Msg: "give either .cue files or one package directory"}}
+		}
+		schemaDir = abs(dir, args[0])
+		entries, rerr := os.ReadDir(schemaDir)
+		if rerr != nil {
+			return "", "", List{{Pos: Position{File: args[0]}, Msg: readErr(rerr)}}
+		}
+		for _, e := range entries {
+			if !e.IsDir() && strings.HasSuffix(e.Name(), ".cue") && !strings.HasSuffix(e.Name(), "_tool.cue") {
+				files = append(files, filepath.Join(schemaDir, e.Name()))
+			}
+		}
+		if len(files) == 0 {
+			return "", "", List{{Pos: Position{File: args[0]}, Msg: "no .cue files in directory"}}
+		}
+	}
+	first := ""
+	for _, f := range files {
+		name, pos, perr := packageClause(f, builtin[f])
+		if perr != nil {
+			// Syntax errors are reported by the loader with positions.
+			continue
+		}
+		if first == "" {
+			first, pkg = f, name
+			continue
+		}
+		if name != pkg {
+			return "", "", List{{
+				Pos: Position{File: relName(dir, f), Line: pos.Line(), Col: pos.Column()},
+				Msg: fmt.Sprintf("package %q differs from package %q of %s; stx loads one package at a time", name, pkg, relName(dir, first)),
+			}}
+		}
+	}
+	return pkg, schemaDir, nil
+}
+
+// packageClause reads a file's package name (src: contents, or nil to read
+// the file).
+func packageClause(path string, src []byte) (string, token.Pos, error) {
+	var in any
+	if src != nil {
+		in = src
+	}
+	f, err := parser.ParseFile(path, in, parser.PackageClauseOnly)
+	if err != nil {
+		return "", token.NoPos, err
+	}
+	for _, d := range f.Decls {
+		if p, ok := d.(*ast.Package); ok {
+			return p.Name.Name, p.Name.Pos(), nil
+		}
+	}
+	return "", token.NoPos, nil
+}
+
+func readErr(err error) string {
+	if errors.Is(err, fs.ErrNotExist) {
+		return "no such file or directory"
+	}
+	return err.Error()
+}
+
+func parentPath(p string) string {
+	i := strings.LastIndexAny(p, ".[")
+	if i < 0 {
+		return ""
+	}
+	return p[:i]
+}
+
+func pathHasPrefix(p, prefix string) bool {
+	return p == prefix || strings.HasPrefix(p, prefix+".") || strings.HasPrefix(p, prefix+"[")
+}

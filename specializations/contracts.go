@@ -1,0 +1,145 @@
+package specializations
+
+// The contracts of the built-in specializations. A role that is not
+// trainable runs forward only: it needs just the inputs of its forward pass
+// and produces its keys for inject syncs (the "reference" behaviour).
+
+func init() {
+	for _, c := range builtins() {
+		MustRegister(c)
+	}
+}
+
+// lm are the forward inputs of a language-model role.
+var lmForward = []string{KeyTokens, KeyLossMask}
+
+// trainOnly returns forward inputs for a frozen role, else the full list.
+func trainOnly(cfg RoleConfig, forward []string, full ...string) []string {
+	if !cfg.Role.Trainable {
+		return keys(forward...)
+	}
+	return keys(append(append([]string(nil), forward...), full...)...)
+}
+
+// withRef adds ref_log_probs to what a role produces when it keeps an
+// in-role frozen reference.
+func withRef(cfg RoleConfig, ks ...string) []string {
+	if cfg.Role.InitBool("with_ref") {
+		ks = append(ks, KeyRefLogProbs)
+	}
+	return keys(ks...)
+}
+
+func builtins() []Contract {
+	return []Contract{
+		{
+			Name: "actor", Data: DataRL, Estimator: true,
+			Doc: "policy-gradient actor: PPO/GSPO/CISPO/IS/DRO/PG losses (ALGORITHMS.md C), KL (B), entropy (C.7)",
+			Requires: func(c RoleConfig) []string {
+				extra := []string{KeyRewards, KeySamplerLogProbs}
+				if c.Knobs.UseKLLoss || c.Knobs.UseKLInReward {
+					extra = append(extra, KeyRefLogProbs)
+				}
+				if c.Knobs.EstimatorFor(c.Role.Name) == "gae" {
+					extra = append(extra, KeyValues)
+				}
+				return trainOnly(c, lmForward, extra...)
+			},
+			Produces: func(c RoleConfig) []string { return withRef(c, KeyLogProbs) },
+		},
+		{
+			Name: "critic", Data: DataRL,
+			Doc:      "value model: clipped value loss on GAE returns (ALGORITHMS.md D, A.7)",
+			Requires: func(c RoleConfig) []string { return trainOnly(c, lmForward, KeyRewards) },
+			Produces: func(RoleConfig) []string { return keys(KeyValues) },
+		},
+		{
+			Name: "dpo", Data: DataPreference,
+			Doc: "DPO family: sigmoid, cDPO, hinge, IPO (ALGORITHMS.md E)",
+			Requires: func(c RoleConfig) []string {
+				return trainOnly(c, lmForward, KeyChosen, KeyRefLogProbs)
+			},
+			Produces: func(c RoleConfig) []string { return withRef(c, KeyLogProbs) },
+		},
+		{
+			Name: "simpo", Data: DataPreference,
+			Doc:      "SimPO: reference-free length-normalised margin (ALGORITHMS.md E)",
+			Requires: func(c RoleConfig) []string { return trainOnly(c, lmForward, KeyChosen) },
+			Produces: func(RoleConfig) []string { return keys(KeyLogProbs) },
+		},
+		{
+			Name: "orpo", Data: DataPreference,
+			Doc:      "ORPO: chosen NLL plus odds-ratio term (ALGORITHMS.md E)",
+			Requires: func(c RoleConfig) []string { return trainOnly(c, lmForward, KeyChosen) },
+			Produces: func(RoleConfig) []string { return keys(KeyLogProbs) },
+		},
+		{
+			Name: "kto", Data: DataKTO,
+			Doc: "KTO: desirable/undesirable examples against a KL baseline (ALGORITHMS.md E)",
+			Requires: func(c RoleConfig) []string {
+				return trainOnly(c, lmForward, KeyLabel, KeyRefLogProbs)
+			},
+			Produces: func(c RoleConfig) []string { return withRef(c, KeyLogProbs) },
+		},
+		{
+			Name: "reward_model", Data: DataPreference,
+			Doc:      "Bradley–Terry reward model with a scalar head (ALGORITHMS.md E)",
+			Requires: func(c RoleConfig) []string { return trainOnly(c, lmForward, KeyChosen) },
+			Produces: func(RoleConfig) []string { return keys(KeyRewards) },
+		},
+		{
+			Name: "sft", Data: DataSFT,
+			Doc:      "supervised cross-entropy on completion tokens (ALGORITHMS.md F.1)",
+			Requires: func(c RoleConfig) []string { return keys(lmForward...) },
+			Produces: func(RoleConfig) []string { return keys(KeyLogProbs) },
+		},
+		{
+			Name: "opd", Data: DataRL,
+			Doc: "on-policy distillation: teacher−student log-prob gaps as precomputed advantages (ALGORITHMS.md F.2)",
+			Requires: func(c RoleConfig) []string {
+				return trainOnly(c, lmForward, KeySamplerLogProbs, KeyTeacherLogProbs)
+			},
+			Produces: func(RoleConfig) []string { return keys(KeyLogProbs) },
+		},
+		{
+			Name: "gkd", Data: DataRL,
+			Doc:      "GKD: generalized JSD to the teacher's full distribution (ALGORITHMS.md F.3)",
+			Requires: func(c RoleConfig) []string { return trainOnly(c, lmForward, KeyTeacherLogits) },
+			Produces: func(RoleConfig) []string { return keys(KeyLogProbs, KeyLogits) },
+		},
+		{
+			Name: "dagger", Data: DataRL,
+			Doc:      "DAgger: cross-entropy on the teacher's labels at the student's states (ALGORITHMS.md F.4)",
+			Requires: func(c RoleConfig) []string { return trainOnly(c, lmForward, KeyTeacherActions) },
+			Produces: func(RoleConfig) []string { return keys(KeyLogProbs, KeyActions) },
+		},
+		{
+			Name: "aggrevate", Data: DataRL, Teacher: true,
+			Doc:      "AggreVaTe: imitation weighted by the expert's cost-to-go (ALGORITHMS.md F.5)",
+			Requires: func(c RoleConfig) []string { return trainOnly(c, lmForward, KeyRewards) },
+			Produces: func(RoleConfig) []string { return keys(KeyLogProbs) },
+		},
+		{
+			Name: "mixed_loss_dagger_opd", Data: DataImitation, Teacher: true,
+			Doc: "β-blend of CE on teacher-executed and K3 on student-executed tokens (ALGORITHMS.md F.6)",
+			Requires: func(c RoleConfig) []string {
+				return trainOnly(c, lmForward, KeyExecutedBy, KeyTeacherLogProbs)
+			},
+			Produces: func(RoleConfig) []string { return keys(KeyLogProbs) },
+		},
+		{
+			Name: "flow", Data: DataFlow,
+			Doc:      "rectified-flow velocity regression (ALGORITHMS.md H)",
+			Requires: func(RoleConfig) []string { return keys(KeySamples) },
+			Produces: func(RoleConfig) []string { return keys(KeyVelocity) },
+		},
+		{
+			Name: "flow_actor", Data: DataFlowRL, Estimator: true,
+			Doc: "Flow-GRPO: SDE step log-probs under a PPO clip (ALGORITHMS.md H)",
+			Requires: func(c RoleConfig) []string {
+				return trainOnly(c, []string{KeyTrajectories}, KeyRewards, KeySamplerLogProbs)
+			},
+			Produces: func(RoleConfig) []string { return keys(KeyStepLogProbs) },
+		},
+	}
+}

@@ -1,0 +1,298 @@
+package loss
+
+import (
+	"fmt"
+
+	. "github.com/gomlx/gomlx/pkg/core/graph" // the graph DSL reads like the spec's formulas
+)
+
+// PolicyBatch holds the [rows, tokens] tensors of a policy loss (ALGORITHMS.md
+// section C). Only LogProbs receives a gradient; every other input is treated as a
+// constant. Which of OldLogProbs / SamplerLogProbs is needed depends on the loss.
+type PolicyBatch struct {
+	LogProbs        *Node // logp under the policy being trained
+	OldLogProbs     *Node // old_logp: behaviour/proximal policy (PPO, GSPO, CISPO)
+	SamplerLogProbs *Node // sampler_logp: inference engine's log-probs (importance_sampling, DRO)
+	Advantages      *Node // A[b,t]
+	Mask            *Node // 1 = token receives loss
+	// TokenWeights optionally multiplies ℓ[b,t] before aggregation, without gradient:
+	// the rollout-correction weight of section C.7 (see TruncatedISWeight).
+	TokenWeights *Node
+}
+
+// policyInputs are the batch's tensors, validated and with masked positions zeroed.
+type policyInputs struct {
+	lp, old, sampler, adv, mask, weights *Node
+}
+
+func (b PolicyBatch) prepare(what string, needOld, needSampler bool) (policyInputs, error) {
+	names := []string{"logp", "advantages", "mask"}
+	nodes := []*Node{b.LogProbs, b.Advantages, b.Mask}
+	if needOld {
+		names, nodes = append(names, "old_logp"), append(nodes, b.OldLogProbs)
+	}
+	if needSampler {
+		names, nodes = append(names, "sampler_logp"), append(nodes, b.SamplerLogProbs)
+	}
+	if b.TokenWeights != nil {
+		names, nodes = append(names, "token_weights"), append(nodes, b.TokenWeights)
+	}
+	if err := checkTokens(what, names, nodes...); err != nil {
+		return policyInputs{}, err
+	}
+	// Zeroing masked positions keeps padding garbage (e.g. −Inf log-probs) out of
+	// both the value and the gradient.
+	constant := func(x *Node) *Node {
+		if x == nil {
+			return nil
+		}
+		return StopGradient(keep(toDType(x, b.LogProbs), b.Mask))
+	}
+	return policyInputs{
+		lp:      keep(b.LogProbs, b.Mask),
+		old:     constant(b.OldLogProbs),
+		sampler: constant(b.SamplerLogProbs),
+		adv:     constant(b.Advantages),
+		mask:    b.Mask,
+		weights: constant(b.TokenWeights),
+	}, nil
+}
+
+// finish weights and reduces the token loss and fills the common outputs.
+func (p policyInputs) finish(what string, tokenLoss *Node, r Reducer) (Result, error) {
+	weighted := tokenLoss
+	if p.weights != nil {
+		weighted = Mul(tokenLoss, p.weights)
+	}
+	l, err := r.Reduce(weighted, p.mask)
+	if err != nil {
+		return Result{}, fmt.Errorf("%s: %w", what, err)
+	}
+	res := newResult(l)
+	res.Aux["token_loss"] = keep(tokenLoss, p.mask)
+	return res, nil
+}
+
+// ratio is ρ = exp(clip(logp − old, −c, c)) (section C's common ratio): a clamped
+// log-ratio gives a finite ρ and no gradient.
+func ratio(lp, old *Node, clamp float64) *Node {
+	return Exp(clampNoGrad(Sub(lp, old), -clamp, clamp))
+}
+
+// ratioStats adds ratio_mean (a masked-mean contribution), ratio_max and ratio_min
+// (over this micro-batch; 0 when it has no token) to the metrics.
+func (p policyInputs) ratioStats(res Result, rho *Node, r Reducer) {
+	res.Metrics["ratio_mean"] = r.tokenMean(rho, p.mask)
+	nonEmpty := GreaterThan(ReduceAllSum(maskOf(p.mask, rho)), ScalarZero(rho.Graph(), rho.DType()))
+	// ρ > 0, so zeros at masked positions never win the max of a non-empty batch.
+	res.Metrics["ratio_max"] = StopGradient(ReduceAllMax(keep(rho, p.mask)))
+	big := Where(asMask(p.mask), rho, AddScalar(StopGradient(ReduceAllMax(rho)), 1))
+	res.Metrics["ratio_min"] = StopGradient(Where(nonEmpty, ReduceAllMin(big), ScalarZero(rho.Graph(), rho.DType())))
+}
+
+// PPOConfig configures the clipped surrogate of section C.1.
+type PPOConfig struct {
+	EpsLow  float64 // ε_low: lower clip 1 − ε_low
+	EpsHigh float64 // ε_high: upper clip 1 + ε_high (DAPO clip-higher: 0.28)
+	// DualClipC is the dual-clip cap c > 1 for A < 0; 0 disables it (the default:
+	// dual clip is opt-in, c = 3 when on).
+	DualClipC float64
+	// LogRatioClamp bounds logp − old_logp before the exp; 0 means 20.
+	LogRatioClamp float64
+}
+
+// DefaultPPOConfig is ε_low = ε_high = 0.2, no dual clip (section C.1 defaults).
+func DefaultPPOConfig() PPOConfig { return PPOConfig{EpsLow: 0.2, EpsHigh: 0.2, LogRatioClamp: 20} }
+
+func (c PPOConfig) resolved() (PPOConfig, error) {
+	if c.LogRatioClamp == 0 {
+		c.LogRatioClamp = 20
+	}
+	if c.EpsLow < 0 || c.EpsHigh < 0 || c.LogRatioClamp < 0 {
+		return c, fmt.Errorf("ppo: eps_low %g, eps_high %g and log-ratio clamp %g must be >= 0",
+			c.EpsLow, c.EpsHigh, c.LogRatioClamp)
+	}
+	if c.DualClipC != 0 && c.DualClipC <= 1 {
+		return c, fmt.Errorf("ppo: dual_clip_c must be > 1 (or 0 = off), got %g", c.DualClipC)
+	}
+	return c, nil
+}
+
+// PPO is the clipped surrogate of section C.1 with clip-higher and optional dual
+// clip: ℓ = max(−A·ρ, −A·clip(ρ, 1−ε_low, 1+ε_high)), and for A < 0 with dual clip
+// ℓ = min(ℓ, −A·c). The gradient is −A·ρ where the unclipped branch is the max and
+// the dual cap is inactive, 0 elsewhere. Metrics: clipfrac, clipfrac_lower (with
+// dual clip), ppo_kl, ratio_mean/max/min. Aux: token_loss, ratio.
+func PPO(b PolicyBatch, cfg PPOConfig, r Reducer) (Result, error) {
+	cfg, err := cfg.resolved()
+	if err != nil {
+		return Result{}, err
+	}
+	p, err := b.prepare("ppo", true, false)
+	if err != nil {
+		return Result{}, err
+	}
+	rho := ratio(p.lp, p.old, cfg.LogRatioClamp)
+	negA := Neg(p.adv)
+	l1 := Mul(negA, rho)
+	l2 := Mul(negA, clampNoGrad(rho, 1-cfg.EpsLow, 1+cfg.EpsHigh))
+	// Max routes a tie (ρ inside the interval, where l1 = l2) to l1: gradient −A·ρ.
+	clipped := Max(l1, l2)
+	tokenLoss := clipped
+	var lowerClipped *Node
+	if cfg.DualClipC != 0 {
+		dualCap := MulScalar(negA, cfg.DualClipC)
+		negAdv := LessThan(p.adv, ZerosLike(p.adv))
+		tokenLoss = Where(negAdv, Min(clipped, dualCap), clipped)
+		lowerClipped = LogicalAnd(negAdv, LessThan(dualCap, clipped))
+	}
+	res, err := p.finish("ppo", tokenLoss, r)
+	if err != nil {
+		return Result{}, err
+	}
+	res.Aux["ratio"] = keep(rho, p.mask)
+	res.Metrics["clipfrac"] = r.tokenMean(indicator(GreaterThan(l2, l1), rho), p.mask)
+	if lowerClipped != nil {
+		res.Metrics["clipfrac_lower"] = r.tokenMean(indicator(lowerClipped, rho), p.mask)
+	}
+	res.Metrics["ppo_kl"] = StopGradient(r.tokenMean(Sub(p.old, p.lp), p.mask))
+	p.ratioStats(res, rho, r)
+	return res, nil
+}
+
+// GSPOConfig configures the sequence-level ratio loss of section C.2.
+type GSPOConfig struct {
+	EpsLow, EpsHigh float64 // clip interval [1 − ε_low, 1 + ε_high] (paper: 3e-4, 4e-4)
+	// SeqLogRatioMax caps the mean log-ratio before the exp; 0 means 10.
+	SeqLogRatioMax float64
+}
+
+// DefaultGSPOConfig is the GSPO paper's ε_low = 3e-4, ε_high = 4e-4 (section C.2).
+// The recommended aggregation is seq-mean-token-mean.
+func DefaultGSPOConfig() GSPOConfig {
+	return GSPOConfig{EpsLow: 3e-4, EpsHigh: 4e-4, SeqLogRatioMax: 10}
+}
+
+// GSPO is the sequence-level clipped surrogate of section C.2:
+// s_b = exp(min(masked mean_t(logp − old_logp), max)), s[b,t] = sg(s_b)·exp(logp − sg(logp)),
+// ℓ = max(−A·s, −A·clip(s, 1−ε_low, 1+ε_high)). The gradient w.r.t. logp[b,t] is
+// w[b,t]·(−A·s_b) where the unclipped branch is the max, else 0. Metrics: clipfrac,
+// ppo_kl. Aux: token_loss, seq_ratio ([rows]; 1 for empty rows).
+func GSPO(b PolicyBatch, cfg GSPOConfig, r Reducer) (Result, error) {
+	if cfg.SeqLogRatioMax == 0 {
+		cfg.SeqLogRatioMax = 10
+	}
+	if cfg.EpsLow < 0 || cfg.EpsHigh < 0 {
+		return Result{}, fmt.Errorf("gspo: eps_low %g and eps_high %g must be >= 0", cfg.EpsLow, cfg.EpsHigh)
+	}
+	p, err := b.prepare("gspo", true, false)
+	if err != nil {
+		return Result{}, err
+	}
+	m := maskOf(p.mask, p.lp)
+	n := MaxScalar(ReduceSum(m, -1), 1)
+	meanLR := Div(ReduceSum(keep(Sub(p.lp, p.old), p.mask), -1), n)
+	seqRatio := StopGradient(Exp(MinScalar(meanLR, cfg.SeqLogRatioMax)))
+	// exp(logp − sg(logp)) is 1 in value and carries ∂/∂logp = 1 per token.
+	s := Mul(InsertAxes(seqRatio, -1), Exp(Sub(p.lp, StopGradient(p.lp))))
+	negA := Neg(p.adv)
+	l1 := Mul(negA, s)
+	l2 := Mul(negA, clampNoGrad(s, 1-cfg.EpsLow, 1+cfg.EpsHigh))
+	tokenLoss := Max(l1, l2)
+	res, err := p.finish("gspo", tokenLoss, r)
+	if err != nil {
+		return Result{}, err
+	}
+	res.Aux["seq_ratio"] = seqRatio
+	res.Metrics["clipfrac"] = r.tokenMean(indicator(GreaterThan(l2, l1), s), p.mask)
+	res.Metrics["ppo_kl"] = StopGradient(r.tokenMean(Sub(p.old, p.lp), p.mask))
+	return res, nil
+}
+
+// CISPOConfig configures section C.3. The bounds are absolute (lo = 1 − ε_low,
+// hi = 1 + ε_high in the ε form).
+type CISPOConfig struct {
+	ClipLow, ClipHigh float64
+	// LogRatioClamp bounds logp − old_logp before the exp; 0 means 20.
+	LogRatioClamp float64
+}
+
+// DefaultCISPOConfig is lo = 0 (lower bound disabled), hi = 4 (section C.3 decision).
+func DefaultCISPOConfig() CISPOConfig { return CISPOConfig{ClipLow: 0, ClipHigh: 4, LogRatioClamp: 20} }
+
+// CISPO is the clipped-IS-weight loss of section C.3: ℓ = −sg(clip(ρ, lo, hi))·A·logp,
+// whose gradient −clip(ρ)·A is never zeroed. The value depends on the absolute
+// log-prob and only its gradient is meaningful. Metrics: clipfrac (clip(ρ) ≠ ρ),
+// ppo_kl, ratio stats. Aux: token_loss, clipped_ratio.
+func CISPO(b PolicyBatch, cfg CISPOConfig, r Reducer) (Result, error) {
+	if cfg.LogRatioClamp == 0 {
+		cfg.LogRatioClamp = 20
+	}
+	if cfg.ClipLow < 0 || cfg.ClipHigh < cfg.ClipLow {
+		return Result{}, fmt.Errorf("cispo: need 0 <= clip_low <= clip_high, got %g, %g", cfg.ClipLow, cfg.ClipHigh)
+	}
+	p, err := b.prepare("cispo", true, false)
+	if err != nil {
+		return Result{}, err
+	}
+	rho := StopGradient(ratio(p.lp, p.old, cfg.LogRatioClamp))
+	clipped := clampNoGrad(rho, cfg.ClipLow, cfg.ClipHigh)
+	tokenLoss := Neg(Mul(Mul(clipped, p.adv), p.lp))
+	res, err := p.finish("cispo", tokenLoss, r)
+	if err != nil {
+		return Result{}, err
+	}
+	res.Aux["clipped_ratio"] = keep(clipped, p.mask)
+	res.Metrics["clipfrac"] = r.tokenMean(indicator(NotEqual(clipped, rho), rho), p.mask)
+	res.Metrics["ppo_kl"] = StopGradient(r.tokenMean(Sub(p.old, p.lp), p.mask))
+	p.ratioStats(res, rho, r)
+	return res, nil
+}
+
+// ImportanceSampling is tinker's importance_sampling loss (section C.4):
+// ℓ = −exp(logp − sampler_logp)·A, no clipping of ρ (the log-ratio is only clamped at
+// ±logRatioClamp, 0 meaning 20, to keep exp finite). The spec's default aggregation
+// for it is sum. Aux: token_loss, ratio.
+func ImportanceSampling(b PolicyBatch, logRatioClamp float64, r Reducer) (Result, error) {
+	if logRatioClamp == 0 {
+		logRatioClamp = 20
+	}
+	p, err := b.prepare("importance_sampling", false, true)
+	if err != nil {
+		return Result{}, err
+	}
+	rho := ratio(p.lp, p.sampler, logRatioClamp)
+	res, err := p.finish("importance_sampling", Neg(Mul(rho, p.adv)), r)
+	if err != nil {
+		return Result{}, err
+	}
+	res.Aux["ratio"] = keep(rho, p.mask)
+	p.ratioStats(res, StopGradient(rho), r)
+	return res, nil
+}
+
+// DRO is tinker's DRO loss (section C.5): ℓ = −(logp·A − ½·β·(logp − sampler_logp)²),
+// ∂ℓ/∂logp = −A + β·(logp − sampler_logp). The spec's default aggregation is sum.
+// Aux: token_loss.
+func DRO(b PolicyBatch, beta float64, r Reducer) (Result, error) {
+	if beta < 0 {
+		return Result{}, fmt.Errorf("dro: beta must be >= 0, got %g", beta)
+	}
+	p, err := b.prepare("dro", false, true)
+	if err != nil {
+		return Result{}, err
+	}
+	diff := Sub(p.lp, p.sampler)
+	tokenLoss := Neg(Sub(Mul(p.lp, p.adv), MulScalar(Square(diff), 0.5*beta)))
+	return p.finish("dro", tokenLoss, r)
+}
+
+// PolicyGradient is the plain policy gradient of section C.6: ℓ = −A·logp.
+// Aux: token_loss.
+func PolicyGradient(b PolicyBatch, r Reducer) (Result, error) {
+	p, err := b.prepare("pg", false, false)
+	if err != nil {
+		return Result{}, err
+	}
+	return p.finish("pg", Neg(Mul(p.adv, p.lp)), r)
+}

@@ -1,0 +1,169 @@
+// Package specializations is the role branch: how a role turns rollout data
+// into micro-batches, what its model outputs and which loss it minimises.
+// An algorithm is a specialization plus a recipe, never a switch on a role's
+// name.
+//
+// Each specialization declares a Contract: the data keys its role's batch
+// needs (Requires) and the keys it can compute forward-only for other roles
+// (Produces). `stx vet` checks a recipe's data flow against these contracts
+// before any tensor is allocated, so the contracts are registered here even
+// for specializations whose losses live in later code.
+package specializations
+
+import (
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+
+	"stx.dev/stx/schema"
+)
+
+// Data keys exchanged between the rollout side, roles and syncs.
+const (
+	KeyTokens          = "tokens"            // prompt + completion token ids
+	KeyLossMask        = "loss_mask"         // 1 on trainable completion tokens
+	KeyRewards         = "rewards"           // per-sequence scalar reward
+	KeySamplerLogProbs = "sampler_log_probs" // log-probs reported by the sampler
+	KeyLogProbs        = "log_probs"         // per-token log-probs of a model
+	KeyRefLogProbs     = "ref_log_probs"     // reference model's log-probs
+	KeyValues          = "values"            // critic predictions per token
+	KeyChosen          = "chosen"            // 1 for the chosen answer of a pair
+	KeyLabel           = "label"             // KTO desirable (1) / undesirable (0)
+	KeyTeacherLogProbs = "teacher_log_probs" // teacher's log-probs of the student's tokens
+	KeyLogits          = "logits"            // full next-token logits
+	KeyTeacherLogits   = "teacher_logits"    // teacher's full logits
+	KeyActions         = "actions"           // a model's greedy token at each position
+	KeyTeacherActions  = "teacher_actions"   // the teacher's labels at the student's states
+	KeyExecutedBy      = "executed_by"       // 1 where the teacher executed the rollout
+	KeySamples         = "samples"           // continuous data points (flow matching)
+	KeyTrajectories    = "trajectories"      // sampler states x_k, x_k+1, σ_k (Flow-GRPO)
+	KeyVelocity        = "velocity"          // a velocity model's prediction
+	KeyStepLogProbs    = "step_log_probs"    // per-step log-probs of an SDE sampler
+)
+
+// DataKind is the shape of data a specialization trains on; the rollout
+// side provides its keys.
+type DataKind string
+
+// The data kinds of the built-in specializations.
+const (
+	DataRL         DataKind = "rl"         // sampled completions scored by rewards
+	DataSFT        DataKind = "sft"        // prompt/completion pairs
+	DataPreference DataKind = "preference" // prompt/chosen/rejected
+	DataKTO        DataKind = "kto"        // prompt/completion/label
+	DataFlow       DataKind = "flow"       // continuous samples
+	DataFlowRL     DataKind = "flow_rl"    // sampled SDE trajectories with rewards
+	DataImitation  DataKind = "imitation"  // student rollouts with teacher-executed ones mixed in
+)
+
+// Keys are the data keys the rollout side provides for a data kind.
+func (d DataKind) Keys() []string {
+	switch d {
+	case DataRL:
+		return []string{KeyTokens, KeyLossMask, KeyRewards, KeySamplerLogProbs}
+	case DataSFT:
+		return []string{KeyTokens, KeyLossMask}
+	case DataPreference:
+		return []string{KeyTokens, KeyLossMask, KeyChosen}
+	case DataKTO:
+		return []string{KeyTokens, KeyLossMask, KeyLabel}
+	case DataFlow:
+		return []string{KeySamples}
+	case DataFlowRL:
+		return []string{KeyTrajectories, KeyRewards, KeySamplerLogProbs}
+	case DataImitation:
+		return []string{KeyTokens, KeyLossMask, KeyRewards, KeySamplerLogProbs, KeyExecutedBy}
+	}
+	return nil
+}
+
+// RoleConfig is what a contract may depend on: the role and its recipe's knobs.
+type RoleConfig struct {
+	Role  schema.Role
+	Knobs schema.Knobs
+}
+
+// Contract is a specialization's static description.
+type Contract struct {
+	// Name the specialization is registered and selected under.
+	Name string
+	// Doc is one line with the formula's section in ALGORITHMS.md.
+	Doc string
+	// Data is the kind of data the role trains on.
+	Data DataKind
+	// Requires lists every key the role's batch must hold.
+	Requires func(RoleConfig) []string
+	// Produces lists the keys the role computes forward-only: for its own
+	// batch and for syncs to other roles.
+	Produces func(RoleConfig) []string
+	// Estimator is true when the specialization computes advantages through
+	// the estimators registry (knobs.estimator / estimator_map).
+	Estimator bool
+	// Teacher is true when its rollouts need a frozen teacher role, named by
+	// the role's init.teacher.
+	Teacher bool
+}
+
+// registry holds every contract by name; guarded so that users may register
+// their own specializations from any goroutine.
+var registry = struct {
+	sync.RWMutex
+	byName map[string]Contract
+}{byName: map[string]Contract{}}
+
+// Register adds a specialization's contract. An empty or taken name is an error.
+func Register(c Contract) error {
+	if strings.TrimSpace(c.Name) == "" {
+		return fmt.Errorf("register specialization: empty name")
+	}
+	if c.Requires == nil || c.Produces == nil {
+		return fmt.Errorf("register specialization %q: Requires and Produces are required", c.Name)
+	}
+	registry.Lock()
+	defer registry.Unlock()
+	if _, ok := registry.byName[c.Name]; ok {
+		return fmt.Errorf("register specialization: %q is already registered", c.Name)
+	}
+	registry.byName[c.Name] = c
+	return nil
+}
+
+// MustRegister is Register for package initialisation.
+func MustRegister(c Contract) {
+	if err := Register(c); err != nil {
+		panic(err)
+	}
+}
+
+// Get returns the contract registered under name; an unknown name is an
+// error that lists the known ones.
+func Get(name string) (Contract, error) {
+	registry.RLock()
+	c, ok := registry.byName[name]
+	registry.RUnlock()
+	if !ok {
+		return Contract{}, fmt.Errorf("unknown specialization %q (known: %s)", name, strings.Join(Names(), ", "))
+	}
+	return c, nil
+}
+
+// Names lists the registered specializations, sorted.
+func Names() []string {
+	registry.RLock()
+	defer registry.RUnlock()
+	names := make([]string, 0, len(registry.byName))
+	for n := range registry.byName {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// keys builds a sorted, de-duplicated key list.
+func keys(ks ...string) []string {
+	out := slices.Clone(ks)
+	sort.Strings(out)
+	return slices.Compact(out)
+}

@@ -1,0 +1,66 @@
+package specializations
+
+import (
+	"slices"
+	"strings"
+	"testing"
+
+	"stx.dev/stx/schema"
+)
+
+func TestRegistry(t *testing.T) {
+	if _, err := Get("nope"); err == nil || !strings.Contains(err.Error(), "actor") {
+		t.Errorf("Get(unknown) = %v; want an error listing the known names", err)
+	}
+	if err := Register(Contract{Name: "actor", Requires: func(RoleConfig) []string { return nil }, Produces: func(RoleConfig) []string { return nil }}); err == nil {
+		t.Error("registering a taken name succeeded")
+	}
+	if err := Register(Contract{Name: "x"}); err == nil {
+		t.Error("registering a contract without Requires/Produces succeeded")
+	}
+	if len(Names()) != 15 {
+		t.Errorf("built-in specializations: %v", Names())
+	}
+}
+
+// TestContracts: every built-in is documented with its ALGORITHMS.md
+// section, reads keys its data kind or a role can provide, and runs forward
+// only on the inputs of its forward pass when it is frozen.
+func TestContracts(t *testing.T) {
+	for _, name := range Names() {
+		c, _ := Get(name)
+		if !strings.Contains(c.Doc, "ALGORITHMS.md") {
+			t.Errorf("%s: doc %q names no section", name, c.Doc)
+		}
+		if len(c.Data.Keys()) == 0 {
+			t.Errorf("%s: data kind %q provides no keys", name, c.Data)
+		}
+		frozen := RoleConfig{Role: schema.Role{Name: "r", Trainable: false}}
+		for _, k := range c.Requires(frozen) {
+			if !slices.Contains(c.Data.Keys(), k) {
+				t.Errorf("%s: a frozen role requires %q, which its data does not provide", name, k)
+			}
+		}
+		trained := RoleConfig{Role: schema.Role{Name: "r", Trainable: true, Init: map[string]any{"with_ref": true}}}
+		if len(c.Produces(trained)) == 0 {
+			t.Errorf("%s produces nothing", name)
+		}
+	}
+}
+
+func TestActorRequirementsFollowKnobs(t *testing.T) {
+	c, _ := Get("actor")
+	role := schema.Role{Name: "actor", Trainable: true}
+	base := c.Requires(RoleConfig{Role: role, Knobs: schema.Knobs{Estimator: "grpo"}})
+	if slices.Contains(base, KeyRefLogProbs) || slices.Contains(base, KeyValues) {
+		t.Errorf("plain GRPO actor requires %v", base)
+	}
+	kl := c.Requires(RoleConfig{Role: role, Knobs: schema.Knobs{Estimator: "grpo", UseKLLoss: true}})
+	if !slices.Contains(kl, KeyRefLogProbs) {
+		t.Errorf("KL actor requires %v, want ref_log_probs", kl)
+	}
+	gae := c.Requires(RoleConfig{Role: role, Knobs: schema.Knobs{Estimator: "grpo", EstimatorMap: map[string]string{"actor": "gae"}}})
+	if !slices.Contains(gae, KeyValues) {
+		t.Errorf("GAE actor (estimator_map) requires %v, want values", gae)
+	}
+}
