@@ -2,7 +2,9 @@ package schema
 
 import (
 	"fmt"
+	"slices"
 	"strings"
+	"sync"
 
 	"cuelang.org/go/cue/ast"
 	"cuelang.org/go/cue/format"
@@ -36,6 +38,37 @@ func EnvName(knob string) string { return "STX_" + strings.ToUpper(knob) }
 
 // KnobDocs lists the knobs of #Knobs in schema order.
 func KnobDocs() ([]KnobDoc, error) {
+	docs, err := knobDocs()
+	return slices.Clone(docs), err
+}
+
+// knobDocs and stripped parse the embedded schema once per process; the
+// results never change.
+var (
+	knobDocs = sync.OnceValues(readKnobDocs)
+	stripped = sync.OnceValues(func() (splitResult, error) {
+		text, defaults, err := splitSchema()
+		return splitResult{text, defaults}, err
+	})
+)
+
+type splitResult struct {
+	text     string
+	defaults map[string]string
+}
+
+// defaultsCUE declares #KnobDefaults, the schema's knob defaults as data.
+func (s splitResult) defaultsCUE() string {
+	var b strings.Builder
+	b.WriteString("\n#KnobDefaults: {\n")
+	for _, name := range sortedKeys(s.defaults) {
+		fmt.Fprintf(&b, "\t%s: %s\n", name, s.defaults[name])
+	}
+	b.WriteString("}\n")
+	return b.String()
+}
+
+func readKnobDocs() ([]KnobDoc, error) {
 	f, err := parser.ParseFile(schemaFile, schemaSource, parser.ParseComments)
 	if err != nil {
 		return nil, fmt.Errorf("embedded schema: %w", err)

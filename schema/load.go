@@ -74,8 +74,10 @@ type Catalog struct {
 
 	dir       string
 	values    map[string]cue.Value // unified with the schema
-	userRoot  cue.Value            // the user's files alone, for positions
-	recipeDef cue.Value            // #Recipe
+	userRoot  cue.Value            // the user's files alone, for positions (built on demand)
+	userBuilt bool
+	userLoad  func() cue.Value
+	recipeDef cue.Value // #Recipe
 	overrides map[string][]override
 }
 
@@ -110,6 +112,16 @@ func (c *Catalog) Pos(recipe, path string) Position {
 func (c *Catalog) Value(recipe string) (cue.Value, bool) {
 	v, ok := c.values[recipe]
 	return v, ok
+}
+
+// user returns the user's own value, building it the first time: only
+// error reports need it.
+func (c *Catalog) user() cue.Value {
+	if !c.userBuilt && c.userLoad != nil {
+		c.userRoot = c.userLoad()
+		c.userBuilt = true
+	}
+	return c.userRoot
 }
 
 func (c *Catalog) userPos(p token.Pos) (Position, bool) {
@@ -150,11 +162,11 @@ func Load(args []string, opts Options) (*Catalog, error) {
 		overrides: map[string][]override{},
 	}
 	ctx := cuecontext.New()
-	stripped, knobDefaults, err := splitSchema()
+	split, err := stripped()
 	if err != nil {
 		return nil, err
 	}
-	schemaText := stripped + opts.Enums.cue()
+	schemaText := split.text + opts.Enums.cue() + split.defaultsCUE()
 
 	overlay := map[string]load.Source{}
 	builtin := map[string][]byte{}
@@ -193,8 +205,12 @@ func Load(args []string, opts Options) (*Catalog, error) {
 		stubOverlay[k] = v
 	}
 	stubOverlay[schemaPath] = load.FromString(header + stubSchema())
-	if ui := load.Instances(loadArgs, &load.Config{Dir: dir, Overlay: stubOverlay}); len(ui) == 1 && ui[0].Err == nil {
-		c.userRoot = ctx.BuildInstance(ui[0])
+	c.userLoad = func() cue.Value {
+		ui := load.Instances(loadArgs, &load.Config{Dir: dir, Overlay: stubOverlay})
+		if len(ui) != 1 || ui[0].Err != nil {
+			return cue.Value{}
+		}
+		return ctx.BuildInstance(ui[0])
 	}
 
 	insts := load.Instances(loadArgs, &load.Config{Dir: dir, Overlay: overlay})
@@ -223,11 +239,10 @@ func Load(args []string, opts Options) (*Catalog, error) {
 		}
 	}
 
-	schemaVal := ctx.CompileString(schemaText, cue.Filename(schemaFile))
-	if err := schemaVal.Err(); err != nil {
-		return nil, fmt.Errorf("embedded schema: %w", err)
+	recipeDef := root.LookupPath(cue.ParsePath("#Recipe"))
+	if !recipeDef.Exists() {
+		return nil, fmt.Errorf("embedded schema: no #Recipe")
 	}
-	recipeDef := schemaVal.LookupPath(cue.ParsePath("#Recipe"))
 	c.recipeDef = recipeDef
 
 	sets, setErrs := parseOverrides(ctx, opts)
@@ -240,7 +255,7 @@ func Load(args []string, opts Options) (*Catalog, error) {
 	reported := map[string]bool{}
 	for it.Next() {
 		name := it.Selector().Unquoted()
-		rv := fillDefaults(ctx, it.Value(), knobDefaults)
+		rv := it.Value()
 		c.Names = append(c.Names, name)
 		c.values[name] = rv
 		rerrs := c.validate(rv, recipeDef, "recipes."+name)
@@ -295,31 +310,6 @@ func Load(args []string, opts Options) (*Catalog, error) {
 		return c, errs.Sort()
 	}
 	return c, nil
-}
-
-// fillDefaults gives every knob that has neither a value nor a default in
-// the recipe the schema's default, in one unification.
-func fillDefaults(ctx *cue.Context, rv cue.Value, defaults map[string]string) cue.Value {
-	var b strings.Builder
-	b.WriteString("knobs: {\n")
-	n := 0
-	knobs := rv.LookupPath(cue.MakePath(cue.Str("knobs")))
-	for _, name := range sortedKeys(defaults) {
-		kv := knobs.LookupPath(cue.MakePath(cue.Str(name)))
-		if kv.IsConcrete() {
-			continue
-		}
-		if _, ok := kv.Default(); ok {
-			continue
-		}
-		fmt.Fprintf(&b, "\t%s: %s\n", name, defaults[name])
-		n++
-	}
-	if n == 0 {
-		return rv
-	}
-	b.WriteString("}\n")
-	return rv.Unify(ctx.CompileString(b.String(), cue.Filename(schemaFile)))
 }
 
 func overrideAt(sets []override, p Position) (override, bool) {

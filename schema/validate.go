@@ -19,7 +19,10 @@ import (
 // typo is reported, each with a suggestion.
 func (c *Catalog) validate(rv cue.Value, recipeDef cue.Value, prefix string) List {
 	var errs List
+	errs = append(errs, c.checkDefaults(rv, recipeDef, prefix)...)
+	failed := len(errs) > 0
 	if err := rv.Validate(cue.Concrete(true)); err != nil {
+		failed = true
 		for _, e := range c.convert(err, "") {
 			if strings.HasSuffix(e.Msg, "field not allowed") {
 				continue // reported by the walk below, with a suggestion
@@ -31,9 +34,13 @@ func (c *Catalog) validate(rv cue.Value, recipeDef cue.Value, prefix string) Lis
 	if !recipeName.MatchString(name) {
 		errs = append(errs, &Error{Pos: c.Pos(name, ""), Path: prefix, Msg: fmt.Sprintf("recipe name %q must be lower_snake_case (%s)", name, recipeName)})
 	}
-	if uv := c.userRecipe(name); uv.Exists() {
-		errs = append(errs, c.walkAllowed(uv, recipeDef, prefix)...)
-		errs = append(errs, c.checkDefaults(uv, recipeDef, prefix)...)
+	// A typo is a CUE error of its own ("field not allowed"), but other
+	// errors in the same struct can hide it: once anything is wrong, walk
+	// the user's value for every unknown field.
+	if failed {
+		if uv := c.userRecipe(name); uv.Exists() {
+			errs = append(errs, c.walkAllowed(uv, recipeDef, prefix)...)
+		}
 	}
 	return errs
 }
@@ -43,8 +50,8 @@ var recipeName = regexp.MustCompile(`^[a-z][a-z0-9_]*$`)
 // checkDefaults validates each recipe default against its knob. A default
 // that does not fit is silently dropped by CUE (*v | _ falls back to _),
 // so it must be checked on its own.
-func (c *Catalog) checkDefaults(uv, recipeDef cue.Value, prefix string) List {
-	dv := uv.LookupPath(cue.ParsePath("defaults"))
+func (c *Catalog) checkDefaults(rv, recipeDef cue.Value, prefix string) List {
+	dv := rv.LookupPath(cue.ParsePath("defaults"))
 	if !dv.Exists() {
 		return nil
 	}
@@ -74,10 +81,10 @@ func (c *Catalog) checkDefaults(uv, recipeDef cue.Value, prefix string) List {
 // userRecipe is the recipe as the user wrote it, evaluated without the
 // schema: its positions are the user's.
 func (c *Catalog) userRecipe(name string) cue.Value {
-	if !c.userRoot.Exists() {
+	if !c.user().Exists() {
 		return cue.Value{}
 	}
-	return c.userRoot.LookupPath(cue.MakePath(cue.Str("recipes"), cue.Str(name)))
+	return c.user().LookupPath(cue.MakePath(cue.Str("recipes"), cue.Str(name)))
 }
 
 // walkAllowed reports every regular field of v that the schema node s does
@@ -318,11 +325,11 @@ func tidy(msg string) string {
 // missingAncestor returns the shallowest path below a recipe, on the way to
 // path, that the user's value does not have ("" if they have it all).
 func (c *Catalog) missingAncestor(path string) string {
-	if !c.userRoot.Exists() || !strings.HasPrefix(path, "recipes.") {
+	if !c.user().Exists() || !strings.HasPrefix(path, "recipes.") {
 		return ""
 	}
 	sels := cue.ParsePath(path).Selectors()
-	if len(sels) < 3 || !c.userRoot.LookupPath(cue.MakePath(sels[:2]...)).Exists() {
+	if len(sels) < 3 || !c.user().LookupPath(cue.MakePath(sels[:2]...)).Exists() {
 		return ""
 	}
 	for i := 3; i <= len(sels); i++ {
@@ -455,7 +462,7 @@ func (c *Catalog) errPos(path string, e cueerrors.Error) Position {
 }
 
 func (c *Catalog) userPathPos(path string) (Position, bool) {
-	if path == "" || !c.userRoot.Exists() {
+	if path == "" || !c.user().Exists() {
 		return Position{}, false
 	}
 	v := c.userLookup(cue.ParsePath(path).Selectors())
@@ -472,12 +479,12 @@ func (c *Catalog) userPathPos(path string) (Position, bool) {
 // userLookup finds a path in the user's own value. A knob the user set
 // under `defaults` stands for the same knob under `knobs`.
 func (c *Catalog) userLookup(sels []cue.Selector) cue.Value {
-	v := c.userRoot.LookupPath(cue.MakePath(sels...))
+	v := c.user().LookupPath(cue.MakePath(sels...))
 	if v.Exists() || len(sels) < 4 || sels[0].String() != "recipes" || sels[2].String() != "knobs" {
 		return v
 	}
 	alias := append([]cue.Selector{sels[0], sels[1], cue.Str("defaults")}, sels[3:]...)
-	return c.userRoot.LookupPath(cue.MakePath(alias...))
+	return c.user().LookupPath(cue.MakePath(alias...))
 }
 
 // formatPath renders CUE's path elements as "a.b[0].c".

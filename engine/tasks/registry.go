@@ -1,0 +1,105 @@
+package tasks
+
+import (
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+
+	"stx.dev/stx/schema"
+)
+
+// Default split sizes, the schema's defaults, used when a task section
+// built in Go leaves them zero.
+const (
+	DefaultTrainSize      = 2000
+	DefaultValidationSize = 200
+)
+
+// Factory builds a task from a recipe's task section and the run's seed.
+type Factory func(t schema.Task, seed int) (Task, error)
+
+// registry maps task names to factories. It is the package's only mutable
+// global, guarded by mu.
+var (
+	mu       sync.RWMutex
+	registry = map[string]Factory{}
+)
+
+func init() {
+	for name, f := range map[string]Factory{
+		"arithmetic": func(t schema.Task, seed int) (Task, error) {
+			return NewArithmetic(ArithmeticConfig{}, t.TrainSize, t.ValidationSize, seed)
+		},
+		"sorting": func(t schema.Task, seed int) (Task, error) {
+			return NewSorting(SortingConfig{}, t.TrainSize, t.ValidationSize, seed)
+		},
+		"reverse": func(t schema.Task, seed int) (Task, error) {
+			return NewReverse(ReverseConfig{}, t.TrainSize, t.ValidationSize, seed)
+		},
+		"mixture2d": func(t schema.Task, seed int) (Task, error) {
+			return NewMixture2D(MixtureConfig{}, t.TrainSize, t.ValidationSize, seed)
+		},
+		"jsonl": newJSONLTask,
+	} {
+		if err := Register(name, f); err != nil {
+			panic(err)
+		}
+	}
+}
+
+// Register adds a task factory under name. Names are unique and non-empty.
+func Register(name string, f Factory) error {
+	if name == "" {
+		return errors.New("tasks: register: empty task name")
+	}
+	if f == nil {
+		return fmt.Errorf("tasks: register %q: nil factory", name)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if _, dup := registry[name]; dup {
+		return fmt.Errorf("tasks: register %q: already registered", name)
+	}
+	registry[name] = f
+	return nil
+}
+
+// Names returns the registered task names, sorted.
+func Names() []string {
+	mu.RLock()
+	defer mu.RUnlock()
+	names := make([]string, 0, len(registry))
+	for n := range registry {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// New builds the task a recipe's task section names, seeded with seed.
+// Zero split sizes take the schema defaults; negative ones are errors.
+func New(t schema.Task, seed int) (Task, error) {
+	mu.RLock()
+	f, ok := registry[t.Name]
+	mu.RUnlock()
+	if !ok {
+		return nil, fmt.Errorf("unknown task %q (known: %s)", t.Name, strings.Join(Names(), ", "))
+	}
+	if t.TrainSize < 0 || t.ValidationSize < 0 {
+		return nil, fmt.Errorf("task %q: negative split size (train_size %d, validation_size %d)",
+			t.Name, t.TrainSize, t.ValidationSize)
+	}
+	if t.TrainSize == 0 {
+		t.TrainSize = DefaultTrainSize
+	}
+	if t.ValidationSize == 0 {
+		t.ValidationSize = DefaultValidationSize
+	}
+	task, err := f(t, seed)
+	if err != nil {
+		return nil, fmt.Errorf("task %q: %w", t.Name, err)
+	}
+	return task, nil
+}
