@@ -1,14 +1,11 @@
 package engine
 
 import (
+	"stx.dev/stx/engine/tasks"
 	"stx.dev/stx/estimators"
 	"stx.dev/stx/schema"
 	"stx.dev/stx/specializations"
 )
-
-// builtinTasks are the task names recipes may use: the synthetic tasks the
-// engine generates without downloads, and "jsonl" for user datasets.
-var builtinTasks = []string{"arithmetic", "sorting", "reverse", "mixture2d", "jsonl"}
 
 // Enums closes the schema's name fields over the Go registries, so the
 // registries stay the single source of truth for what a recipe may name.
@@ -16,7 +13,7 @@ func Enums() schema.Enums {
 	return schema.Enums{
 		Specializations: specializations.Names(),
 		Estimators:      estimators.Names(),
-		Tasks:           builtinTasks,
+		Tasks:           tasks.Names(),
 	}
 }
 

@@ -193,9 +193,14 @@ func Load(args []string, opts Options) (*Catalog, error) {
 	body := strings.Replace(schemaText, "package stx\n", "", 1)
 	schemaPath := filepath.Join(schemaDir, schemaFile)
 	overlay[schemaPath] = load.FromString(header + body)
-	loadArgs = append(loadArgs, args...)
+	loadDir := dir
 	if isFileArgs(dir, args) {
+		loadArgs = append(loadArgs, args...)
 		loadArgs = append(loadArgs, schemaPath)
+	} else {
+		// CUE wants a package directory as a relative import path ("./x");
+		// load it as "." from inside, wherever it is.
+		loadDir, loadArgs = schemaDir, []string{"."}
 	}
 
 	// The same files against a stub schema (every definition is top) give
@@ -206,14 +211,14 @@ func Load(args []string, opts Options) (*Catalog, error) {
 	}
 	stubOverlay[schemaPath] = load.FromString(header + stubSchema())
 	c.userLoad = func() cue.Value {
-		ui := load.Instances(loadArgs, &load.Config{Dir: dir, Overlay: stubOverlay})
+		ui := load.Instances(loadArgs, &load.Config{Dir: loadDir, Overlay: stubOverlay})
 		if len(ui) != 1 || ui[0].Err != nil {
 			return cue.Value{}
 		}
 		return ctx.BuildInstance(ui[0])
 	}
 
-	insts := load.Instances(loadArgs, &load.Config{Dir: dir, Overlay: overlay})
+	insts := load.Instances(loadArgs, &load.Config{Dir: loadDir, Overlay: overlay})
 	if len(insts) != 1 {
 		return nil, List{{Pos: Position{File: args[0]}, Msg: fmt.Sprintf("expected one CUE package, found %d", len(insts))}}
 	}

@@ -60,7 +60,12 @@ func (c *Catalog) checkDefaults(rv, recipeDef cue.Value, prefix string) List {
 		return nil
 	}
 	var errs List
+	knobs := rv.LookupPath(cue.MakePath(cue.Str("knobs")))
 	for it.Next() {
+		// Fast path: the knob resolved to this default, so it fits.
+		if kv := knobs.LookupPath(cue.MakePath(it.Selector())); kv.IsConcrete() && kv.Equals(it.Value()) {
+			continue
+		}
 		node := recipeDef.LookupPath(cue.MakePath(cue.Str("knobs"), it.Selector()))
 		if !node.Exists() {
 			continue // not a knob: reported by walkAllowed

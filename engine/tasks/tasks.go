@@ -5,8 +5,22 @@
 // engine closes the schema's #TaskName over, and the weighted reward
 // functions of a recipe's task section.
 //
-// Every split is deterministic: the same recipe task section and seed give
-// the same examples in the same order.
+// The registered tasks (New builds them from a recipe's task section):
+//
+//   - arithmetic: "12+7=" → "19" (ArithmeticConfig; default reward
+//     numeric_match);
+//   - sorting: "sort 3 1 2:" → "1 2 3" (SortingConfig; exact_match);
+//   - reverse: "reverse abc:" → "cba" (ReverseConfig; exact_match);
+//   - mixture2d: 2-D points of a Gaussian mixture (MixtureConfig; reward
+//     Mixture.ScorePoint);
+//   - jsonl: the records of task.path (LoadJSONL), validated against
+//     task.validation_path or a seeded 10% of the prompts; train_size and
+//     validation_size do not apply (every record is used).
+//
+// Synthetic splits are sized by train_size and validation_size, drawn from
+// the run's seed, and disjoint: no validation prompt appears in train.
+// Every split is deterministic: the same task section and seed give the
+// same examples in the same order.
 package tasks
 
 import (

@@ -1,0 +1,161 @@
+package rundir
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+)
+
+// EventType names what an event records.
+type EventType string
+
+// The event types of events.jsonl.
+const (
+	EventRunStart        EventType = "run_start"        // Version: the recipe version started with
+	EventRunResume       EventType = "run_resume"       // Rollout: the checkpoint resumed from
+	EventReloadApplied   EventType = "reload_applied"   // Version, Changes: knobs changed at this rollout boundary
+	EventReloadRefused   EventType = "reload_refused"   // Message: the structural change that was refused
+	EventReloadInvalid   EventType = "reload_invalid"   // Message: the validation error; the last good recipe goes on
+	EventCheckpointSaved EventType = "checkpoint_saved" // Checkpoint: its path in the run directory
+	EventEval            EventType = "eval"             // Metrics: the evaluation's results
+	EventNaNDetected     EventType = "nan_detected"     // Message and/or Metrics: what went non-finite
+	EventRunEnd          EventType = "run_end"          // Message: how it ended ("completed", an error)
+)
+
+// eventTypes are the known types, in the order of the constants.
+var eventTypes = []EventType{EventRunStart, EventRunResume, EventReloadApplied, EventReloadRefused,
+	EventReloadInvalid, EventCheckpointSaved, EventEval, EventNaNDetected, EventRunEnd}
+
+// Change is one knob a reload changed.
+type Change struct {
+	Knob string `json:"knob"`
+	Old  any    `json:"old"`
+	New  any    `json:"new"`
+}
+
+// Event is one line of events.jsonl. Fields other than Time, Type and
+// Rollout are set by the types that use them (see the EventType
+// constants) and omitted otherwise.
+type Event struct {
+	Time       time.Time          `json:"time"`
+	Type       EventType          `json:"type"`
+	Rollout    int                `json:"rollout"`
+	Version    int                `json:"version,omitempty"`
+	Changes    []Change           `json:"changes,omitempty"`
+	Message    string             `json:"message,omitempty"`
+	Checkpoint string             `json:"checkpoint,omitempty"`
+	Metrics    map[string]float64 `json:"metrics,omitempty"`
+}
+
+// eventJSON is Event's encoding, with metrics that may be NaN or ±Inf.
+type eventJSON struct {
+	Time       time.Time            `json:"time"`
+	Type       EventType            `json:"type"`
+	Rollout    int                  `json:"rollout"`
+	Version    int                  `json:"version,omitempty"`
+	Changes    []Change             `json:"changes,omitempty"`
+	Message    string               `json:"message,omitempty"`
+	Checkpoint string               `json:"checkpoint,omitempty"`
+	Metrics    map[string]jsonFloat `json:"metrics,omitempty"`
+}
+
+// MarshalJSON writes non-finite metrics as "NaN", "+Inf" or "-Inf".
+func (e Event) MarshalJSON() ([]byte, error) {
+	j := eventJSON{Time: e.Time, Type: e.Type, Rollout: e.Rollout, Version: e.Version,
+		Changes: e.Changes, Message: e.Message, Checkpoint: e.Checkpoint}
+	if len(e.Metrics) > 0 {
+		j.Metrics = make(map[string]jsonFloat, len(e.Metrics))
+		for k, v := range e.Metrics {
+			j.Metrics[k] = jsonFloat(v)
+		}
+	}
+	return json.Marshal(j)
+}
+
+// UnmarshalJSON reads what MarshalJSON writes.
+func (e *Event) UnmarshalJSON(data []byte) error {
+	var j eventJSON
+	if err := json.Unmarshal(data, &j); err != nil {
+		return err
+	}
+	*e = Event{Time: j.Time, Type: j.Type, Rollout: j.Rollout, Version: j.Version,
+		Changes: j.Changes, Message: j.Message, Checkpoint: j.Checkpoint}
+	if j.Metrics != nil {
+		e.Metrics = make(map[string]float64, len(j.Metrics))
+		for k, v := range j.Metrics {
+			e.Metrics[k] = float64(v)
+		}
+	}
+	return nil
+}
+
+// check rejects events that would record less than their type promises.
+func (e Event) check() error {
+	if !slices.Contains(eventTypes, e.Type) {
+		return fmt.Errorf("unknown event type %q", e.Type)
+	}
+	if e.Rollout < 0 {
+		return fmt.Errorf("%s event: negative rollout %d", e.Type, e.Rollout)
+	}
+	switch e.Type {
+	case EventReloadApplied:
+		if e.Version < 1 {
+			return fmt.Errorf("%s event: recipe version %d, want ≥ 1", e.Type, e.Version)
+		}
+		if len(e.Changes) == 0 {
+			return fmt.Errorf("%s event: no changes", e.Type)
+		}
+		for _, c := range e.Changes {
+			if c.Knob == "" {
+				return fmt.Errorf("%s event: a change names no knob", e.Type)
+			}
+		}
+	case EventReloadRefused, EventReloadInvalid:
+		if e.Message == "" {
+			return fmt.Errorf("%s event: no message", e.Type)
+		}
+	case EventCheckpointSaved:
+		if e.Checkpoint == "" {
+			return fmt.Errorf("%s event: no checkpoint path", e.Type)
+		}
+	case EventEval:
+		if len(e.Metrics) == 0 {
+			return fmt.Errorf("%s event: no metrics", e.Type)
+		}
+	}
+	return nil
+}
+
+// LogEvent appends an event to events.jsonl; a zero Time is set to now
+// (UTC).
+func (d *Dir) LogEvent(e Event) error {
+	if err := e.check(); err != nil {
+		return fmt.Errorf("log event: %w", err)
+	}
+	if e.Time.IsZero() {
+		e.Time = time.Now().UTC()
+	}
+	return d.events.Append(e)
+}
+
+// ReadEvents reads an events file in file order.
+func ReadEvents(path string) ([]Event, error) {
+	var out []Event
+	err := readLines(path, func(_ int, line []byte) error {
+		var e Event
+		if err := json.Unmarshal(line, &e); err != nil {
+			return err
+		}
+		if e.Type == "" {
+			return errors.New("event has no type")
+		}
+		out = append(out, e)
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read events: %w", err)
+	}
+	return out, nil
+}
