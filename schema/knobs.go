@@ -251,3 +251,15 @@ func stripDefault(x ast.Expr) (ast.Expr, string) {
 	}
 	return out, def
 }
+
+// Effective returns the schema as stx unifies recipes with it: knob
+// defaults moved into #KnobDefaults and the name enums closed over the
+// registries. Written next to a recipe file (same package clause), it lets
+// plain `cue vet` check recipes the way stx does, and editors see it.
+func Effective(enums Enums) (string, error) {
+	split, err := stripped()
+	if err != nil {
+		return "", err
+	}
+	return split.text + enums.cue() + split.defaultsCUE(), nil
+}

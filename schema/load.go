@@ -162,11 +162,10 @@ func Load(args []string, opts Options) (*Catalog, error) {
 		overrides: map[string][]override{},
 	}
 	ctx := cuecontext.New()
-	split, err := stripped()
+	schemaText, err := Effective(opts.Enums)
 	if err != nil {
 		return nil, err
 	}
-	schemaText := split.text + opts.Enums.cue() + split.defaultsCUE()
 
 	overlay := map[string]load.Source{}
 	builtin := map[string][]byte{}

@@ -184,8 +184,13 @@ func (c *Catalog) resolve(ctx *cue.Context, name string, rv, def cue.Value, sets
 		c.overrides[name] = mine
 		rv = uv
 	}
+	// JSON then encoding/json is several times faster than cue's Decode.
 	var r Recipe
-	if err := rv.Decode(&r); err != nil {
+	data, err := rv.MarshalJSON()
+	if err == nil {
+		err = json.Unmarshal(data, &r)
+	}
+	if err != nil {
 		return nil, List{{Pos: c.Pos(name, ""), Path: "recipes." + name, Msg: fmt.Sprintf("decoding: %v", err)}}
 	}
 	r.Name = name

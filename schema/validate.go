@@ -63,7 +63,8 @@ func (c *Catalog) checkDefaults(rv, recipeDef cue.Value, prefix string) List {
 	knobs := rv.LookupPath(cue.MakePath(cue.Str("knobs")))
 	for it.Next() {
 		// Fast path: the knob resolved to this default, so it fits.
-		if kv := knobs.LookupPath(cue.MakePath(it.Selector())); kv.IsConcrete() && kv.Equals(it.Value()) {
+		kv := knobs.LookupPath(cue.MakePath(it.Selector()))
+		if d, ok := kv.Default(); ok && d.IsConcrete() && d.Equals(it.Value()) {
 			continue
 		}
 		node := recipeDef.LookupPath(cue.MakePath(cue.Str("knobs"), it.Selector()))

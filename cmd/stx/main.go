@@ -54,6 +54,7 @@ Recipes are CUE data: stx checks them before any tensor is allocated.
 			graphCommand(),
 			exportCommand(),
 			knobsCommand(),
+			schemaCommand(),
 			plotCommand(),
 		},
 	}
