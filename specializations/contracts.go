@@ -6,8 +6,28 @@ package specializations
 
 func init() {
 	for _, c := range builtins() {
+		c.New = factories[c.Name]
 		MustRegister(c)
 	}
+}
+
+// factories are the built-in implementations, by contract name.
+var factories = map[string]func(RoleConfig) (Specialization, error){
+	"actor":                 func(c RoleConfig) (Specialization, error) { return NewActor(c) },
+	"critic":                func(c RoleConfig) (Specialization, error) { return NewCritic(c) },
+	"sft":                   func(c RoleConfig) (Specialization, error) { return NewSFT(c) },
+	"dpo":                   func(c RoleConfig) (Specialization, error) { return NewPairwise("dpo", c) },
+	"simpo":                 func(c RoleConfig) (Specialization, error) { return NewPairwise("simpo", c) },
+	"orpo":                  func(c RoleConfig) (Specialization, error) { return NewPairwise("orpo", c) },
+	"kto":                   func(c RoleConfig) (Specialization, error) { return NewKTO(c) },
+	"reward_model":          func(c RoleConfig) (Specialization, error) { return NewRewardModel(c) },
+	"opd":                   func(c RoleConfig) (Specialization, error) { return NewOPD(c) },
+	"gkd":                   func(c RoleConfig) (Specialization, error) { return NewGKD(c) },
+	"dagger":                func(c RoleConfig) (Specialization, error) { return NewDAgger(c) },
+	"aggrevate":             func(c RoleConfig) (Specialization, error) { return NewAggreVaTe(c) },
+	"mixed_loss_dagger_opd": func(c RoleConfig) (Specialization, error) { return NewMixedDaggerOPD(c) },
+	"flow":                  func(c RoleConfig) (Specialization, error) { return NewFlowMatching(c) },
+	"flow_actor":            func(c RoleConfig) (Specialization, error) { return NewFlowActor(c) },
 }
 
 // lm are the forward inputs of a language-model role.
@@ -49,8 +69,9 @@ func builtins() []Contract {
 		},
 		{
 			Name: "critic", Data: DataRL,
-			Doc:      "value model: clipped value loss on GAE returns (ALGORITHMS.md D, A.7)",
-			Requires: func(c RoleConfig) []string { return trainOnly(c, lmForward, KeyRewards) },
+			Doc: "value model: clipped value loss on GAE returns (ALGORITHMS.md D, A.7)",
+			// v_old of the clip and GAE's V are the rollout-time values the role produced.
+			Requires: func(c RoleConfig) []string { return trainOnly(c, lmForward, KeyRewards, KeyValues) },
 			Produces: func(RoleConfig) []string { return keys(KeyValues) },
 		},
 		{

@@ -6,8 +6,13 @@
 // Each specialization declares a Contract: the data keys its role's batch
 // needs (Requires) and the keys it can compute forward-only for other roles
 // (Produces). `stx vet` checks a recipe's data flow against these contracts
-// before any tensor is allocated, so the contracts are registered here even
-// for specializations whose losses live in later code.
+// before any tensor is allocated. Contract.New builds the implementation: a
+// Specialization turns rollout rows into micro-batches (PrepareBatch), says
+// what its model outputs inside the compiled graph (ExtractModelOutput) and
+// builds its loss (ComputeLoss, with the loss_agg_mode Reducer); the losses
+// themselves are in the loss sub-package and the flow roles' small velocity
+// model in the velocity sub-package. A frozen role runs the same
+// specialization forward-only (Producer) to produce its keys for syncs.
 package specializations
 
 import (
@@ -104,6 +109,9 @@ type Contract struct {
 	// Teacher is true when its rollouts need a frozen teacher role, named by
 	// the role's init.teacher.
 	Teacher bool
+	// New builds the specialization for a role; nil for a contract registered
+	// only so that `stx vet` can check recipes that use it.
+	New func(RoleConfig) (Specialization, error)
 }
 
 // registry holds every contract by name; guarded so that users may register

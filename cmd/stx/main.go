@@ -55,6 +55,8 @@ Recipes are CUE data: stx checks them before any tensor is allocated.
 			exportCommand(),
 			knobsCommand(),
 			schemaCommand(),
+			scoreCommand(),
+			benchCommand(),
 			plotCommand(),
 		},
 	}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"os"
 
@@ -66,6 +67,10 @@ Example:
 			}
 			sum, err := runtime.ScoreJSONL(f, c.App.Writer, sc, tok, c.Int("batch"))
 			if err != nil {
+				var le *runtime.LineError
+				if errors.As(err, &le) {
+					return fmt.Errorf("%s:%d: %w", c.String("data"), le.Line, le.Err)
+				}
 				return fmt.Errorf("%s: %w", c.String("data"), err)
 			}
 			fmt.Fprintf(c.App.ErrWriter, "records %d, tokens %d, mean NLL %.4f, perplexity %.3f\n",

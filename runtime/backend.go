@@ -1,0 +1,143 @@
+package runtime
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+
+	"github.com/gomlx/gomlx/backends"
+	_ "github.com/gomlx/gomlx/backends/simplego" // the pure-Go backend is always compiled in.
+)
+
+// DefaultBackendSpec is the backend used when neither a flag nor $GOMLX_BACKEND names one:
+// SimpleGo executing graph nodes one after another (matmuls still split across the worker
+// pool). SimpleGo's default can deadlock (matmul tasks wait for pool slots held by the nodes
+// that spawned them). "parallelism=-1" avoids the deadlock and ran ~15 % faster here, but its
+// parallel node executor has a data race in v0.26.0 (go test -race: exec.go reads numUsed
+// without the lock that guards its increments), which decides whether a node may overwrite
+// an input buffer in place; so stx does not use it by default.
+const DefaultBackendSpec = "go:ops_sequential"
+
+// stdoutMu serialises the stdout redirection of NewBackend.
+var stdoutMu sync.Mutex
+
+// Backend is a GoMLX backend together with the spec that chose it, for reporting.
+type Backend struct {
+	backends.Backend
+	// Spec is the normalised "<name>:<config>" string the backend was created from.
+	Spec string
+	// Source says where the spec came from: "default", "flag" or "$GOMLX_BACKEND".
+	Source string
+}
+
+// Describe returns a one-line description of the backend and its device, printed at start.
+func (b *Backend) Describe() string {
+	return fmt.Sprintf("backend %s (%s, from %s), %d device(s): %s",
+		b.Name(), b.Spec, b.Source, b.NumDevices(), b.Description())
+}
+
+// NormalizeBackendSpec turns a user's backend choice into a GoMLX configuration string.
+// Accepted forms: "" or "go" (SimpleGo), "go:<options>", "xla" (the first installed PJRT
+// plugin), "xla:<plugin>" (a plugin name such
+// as "cuda" or "cpu", searched in PJRT_PLUGIN_LIBRARY_PATH and the standard places), "xla:/abs/plugin.so",
+// or a bare path to a PJRT plugin ("./pjrt_c_api_cuda_plugin.so"), which is made absolute.
+func NormalizeBackendSpec(spec string) (string, error) {
+	spec = strings.TrimSpace(spec)
+	switch {
+	case spec == "" || spec == "go" || spec == "simplego":
+		return DefaultBackendSpec, nil
+	case strings.HasPrefix(spec, "go:") || strings.HasPrefix(spec, "simplego:"):
+		_, cfg, _ := strings.Cut(spec, ":")
+		if !strings.Contains(cfg, "parallelism") && !strings.Contains(cfg, "ops_sequential") {
+			cfg = strings.Trim("ops_sequential,"+cfg, ",")
+		}
+		return "go:" + cfg, nil
+	case spec == "xla":
+		// The first installed plugin (cuda before cpu); never downloaded.
+		return "xla", nil
+	case strings.HasPrefix(spec, "xla:"):
+		plugin := strings.TrimPrefix(spec, "xla:")
+		if plugin == "" {
+			return "", fmt.Errorf("backend %q: empty PJRT plugin name", spec)
+		}
+		if strings.ContainsRune(plugin, os.PathSeparator) || strings.HasSuffix(plugin, ".so") {
+			abs, err := pluginPath(plugin)
+			if err != nil {
+				return "", fmt.Errorf("backend %q: %w", spec, err)
+			}
+			plugin = abs
+		}
+		return "xla:" + plugin, nil
+	case strings.HasSuffix(spec, ".so") || strings.ContainsRune(spec, os.PathSeparator):
+		abs, err := pluginPath(spec)
+		if err != nil {
+			return "", fmt.Errorf("backend %q: %w", spec, err)
+		}
+		return "xla:" + abs, nil
+	}
+	return "", fmt.Errorf("unknown backend %q: use \"go\", \"xla:<plugin>\" or a path to a PJRT plugin", spec)
+}
+
+func pluginPath(p string) (string, error) {
+	abs, err := filepath.Abs(p)
+	if err != nil {
+		return "", fmt.Errorf("resolving PJRT plugin path: %w", err)
+	}
+	st, err := os.Stat(abs)
+	if err != nil {
+		return "", fmt.Errorf("PJRT plugin: %w", err)
+	}
+	if st.IsDir() {
+		return "", fmt.Errorf("PJRT plugin %s is a directory, not a shared library", abs)
+	}
+	return abs, nil
+}
+
+// NewBackend creates the backend named by spec (a --backend flag value); an empty spec falls
+// back to $GOMLX_BACKEND and then to SimpleGo. It never downloads anything: PJRT plugin
+// auto-installation is disabled, and a missing plugin or a backend not compiled into this
+// binary is returned as an error.
+func NewBackend(spec string) (b *Backend, err error) {
+	source := "flag"
+	if strings.TrimSpace(spec) == "" {
+		if env, ok := os.LookupEnv(backends.ConfigEnvVar); ok && strings.TrimSpace(env) != "" {
+			spec, source = env, "$"+backends.ConfigEnvVar
+		} else {
+			source = "default"
+		}
+	}
+	norm, err := NormalizeBackendSpec(spec)
+	if err != nil {
+		return nil, err
+	}
+	name, _, _ := strings.Cut(norm, ":")
+	if name == "xla" && !xlaCompiledIn {
+		return nil, fmt.Errorf("backend %q: this binary was built without XLA support (-tags noxla or no cgo); rebuild with cgo enabled", norm)
+	}
+	disableXLAAutoInstall()
+	// GoMLX reports some configuration errors by panicking; turn them into errors.
+	defer func() {
+		if r := recover(); r != nil {
+			b, err = nil, fmt.Errorf("backend %q: %v", norm, r)
+		}
+	}()
+	if name == "go" && strings.Contains(norm, "parallelism") {
+		// SimpleGo announces a parallelism setting on stdout; keep stdout for the command's
+		// output (JSON lines). Backends are created at start, before any output; the lock
+		// keeps concurrent NewBackend calls from restoring each other's stdout.
+		stdoutMu.Lock()
+		defer stdoutMu.Unlock()
+		if devnull, err := os.OpenFile(os.DevNull, os.O_WRONLY, 0); err == nil {
+			saved := os.Stdout
+			os.Stdout = devnull
+			defer func() { os.Stdout = saved; devnull.Close() }()
+		}
+	}
+	be, err := backends.NewWithConfig(norm)
+	if err != nil {
+		return nil, fmt.Errorf("backend %q: %w", norm, err)
+	}
+	return &Backend{Backend: be, Spec: norm, Source: source}, nil
+}

@@ -1,0 +1,209 @@
+package runtime
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"time"
+
+	. "github.com/gomlx/gomlx/pkg/core/graph" //nolint:revive // graph-building code reads better unqualified.
+	"github.com/gomlx/gomlx/pkg/core/tensors"
+	"github.com/gomlx/gomlx/pkg/ml/context"
+)
+
+// BenchOptions sizes the runtime benchmark (defaults in parentheses).
+type BenchOptions struct {
+	Runs      int // timed repetitions of each measurement after one warm-up run (3)
+	Batch     int // sequences per batch (8)
+	SeqLen    int // tokens per sequence for forward and training (256)
+	PromptLen int // prompt tokens for sampling (32)
+	NewTokens int // generated tokens per sequence (128)
+	Seed      uint64
+}
+
+func (o BenchOptions) withDefaults() BenchOptions {
+	if o.Runs <= 0 {
+		o.Runs = 3
+	}
+	if o.Batch <= 0 {
+		o.Batch = 8
+	}
+	if o.SeqLen <= 0 {
+		o.SeqLen = 256
+	}
+	if o.PromptLen <= 0 {
+		o.PromptLen = 32
+	}
+	if o.NewTokens <= 0 {
+		o.NewTokens = 128
+	}
+	return o
+}
+
+// Measurement is one benchmark result: tokens per second and achieved GFLOP/s at the median
+// of the timed runs.
+type Measurement struct {
+	Name       string  `json:"name"`
+	TokensPerS float64 `json:"tokens_per_s"`
+	GFLOPs     float64 `json:"gflops"`
+	MedianS    float64 `json:"median_s"`
+	Runs       int     `json:"runs"`
+}
+
+// forwardFLOPs estimates the multiply-adds ×2 of a forward pass over rows×length tokens
+// (attention computed over the full padded length, as the graph does).
+func forwardFLOPs(c Config, rows, length int) float64 {
+	d, kv := float64(c.Hidden), float64(c.KVHeads*c.HeadDim())
+	perToken := 2*(2*d*d+2*d*kv+3*d*float64(c.Intermediate))*float64(c.Layers) + 2*d*float64(c.VocabSize)
+	attn := 4 * d * float64(length) * float64(c.Layers)
+	return float64(rows*length) * (perToken + attn)
+}
+
+func median(xs []float64) float64 {
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+// timeRuns runs fn once to warm up (compilation), then opt.Runs times, and returns the median.
+func timeRuns(runs int, fn func() error) (float64, error) {
+	if err := fn(); err != nil {
+		return 0, err
+	}
+	var ts []float64
+	for range runs {
+		start := time.Now()
+		if err := fn(); err != nil {
+			return 0, err
+		}
+		ts = append(ts, time.Since(start).Seconds())
+	}
+	return median(ts), nil
+}
+
+// benchPolicyLoss is the benchmark's GRPO-style policy loss: PPO clipped ratio against old
+// log-probs with per-sequence advantages, plus β·k3 KL to a frozen reference's log-probs,
+// token-mean over the mask. It is a representative workload, not the specializations' loss.
+func benchPolicyLoss(ctx *context.Context, m *Model, batch map[string]*Node) (*Node, map[string]*Node) {
+	lp := m.TokenLogProbs(ctx, batch["tokens"], batch["targets"])
+	mask := batch["mask"]
+	adv := InsertAxes(batch["advantages"], -1)
+	ratio := Exp(Sub(lp, batch["old_logp"]))
+	surr := Min(Mul(ratio, adv), Mul(ClipScalar(ratio, 0.8, 1.28), adv))
+	d := Sub(batch["ref_logp"], lp)
+	k3 := Sub(Sub(Exp(d), d), OnesLike(d))
+	loss := MaskedMean(Sub(MulScalar(k3, 0.04), surr), mask)
+	return loss, map[string]*Node{"kl": MaskedMean(k3, mask)}
+}
+
+// Bench measures forward log-probs, one GRPO-style train step (frozen reference forward +
+// policy forward/backward + clipping + AdamW) and KV-cache sampling with model m's config on
+// backend b. The model's weights are used for the forward and sampling runs; training runs on
+// a copy initialised from seed so m is left untouched.
+func Bench(b *Backend, m *Model, opt BenchOptions) ([]Measurement, error) {
+	opt = opt.withDefaults()
+	c := m.Config
+	rng := rand.New(rand.NewPCG(opt.Seed, 1))
+	rows, length := opt.Batch, opt.SeqLen
+	seqs := make([][]int32, rows)
+	for i := range seqs {
+		seqs[i] = make([]int32, length)
+		for j := range seqs[i] {
+			seqs[i][j] = int32(rng.IntN(c.VocabSize))
+		}
+	}
+	var out []Measurement
+	add := func(name string, tokens, flops, sec float64) {
+		out = append(out, Measurement{Name: name, TokensPerS: tokens / sec, GFLOPs: flops / sec / 1e9, MedianS: sec, Runs: opt.Runs})
+	}
+
+	// Forward log-probs.
+	sc, err := NewScorer(b, m)
+	if err != nil {
+		return nil, err
+	}
+	sec, err := timeRuns(opt.Runs, func() error { _, err := sc.Score(seqs); return err })
+	if err != nil {
+		return nil, fmt.Errorf("bench forward: %w", err)
+	}
+	add("forward_logprobs", float64(rows*length), forwardFLOPs(c, rows, length), sec)
+
+	// GRPO-style train step: the reference's forward (frozen, separate graph, as a sync would
+	// run it) and the policy's step.
+	policy, err := NewModel(c, opt.Seed+1)
+	if err != nil {
+		return nil, err
+	}
+	reference, err := NewModel(c, opt.Seed+1)
+	if err != nil {
+		return nil, err
+	}
+	refScorer, err := NewScorer(b, reference)
+	if err != nil {
+		return nil, err
+	}
+	tr, err := NewTrainer(b, policy, benchPolicyLoss, TrainerConfig{AdamW: DefaultAdamW(), MaxGradNorm: 1,
+		Schedule: Schedule{Kind: "constant", BaseLR: 1e-5}})
+	if err != nil {
+		return nil, err
+	}
+	pad := int32(max(c.PAD, 0))
+	tokens, mask, err := PadTokens(seqs, rows, length, pad)
+	if err != nil {
+		return nil, err
+	}
+	targets, tmask := ShiftTargets(tokens, mask, rows, length, pad)
+	adv := make([]float32, rows)
+	for i := range adv {
+		adv[i] = float32(rng.NormFloat64())
+	}
+	sec, err = timeRuns(opt.Runs, func() error {
+		ref, err := refScorer.Score(seqs)
+		if err != nil {
+			return err
+		}
+		refLP := make([]float32, rows*length)
+		for r := range rows {
+			copy(refLP[r*length:], ref[r].LogProbs)
+		}
+		_, err = tr.Step([]map[string]*tensors.Tensor{{
+			"tokens":     tensors.FromFlatDataAndDimensions(tokens, rows, length),
+			"targets":    tensors.FromFlatDataAndDimensions(targets, rows, length),
+			"mask":       tensors.FromFlatDataAndDimensions(tmask, rows, length),
+			"advantages": tensors.FromFlatDataAndDimensions(adv, rows),
+			"old_logp":   tensors.FromFlatDataAndDimensions(refLP, rows, length),
+			"ref_logp":   tensors.FromFlatDataAndDimensions(refLP, rows, length),
+		}})
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("bench train step: %w", err)
+	}
+	// Reference forward + policy forward + backward (≈ 2× forward).
+	add("grpo_train_step", float64(rows*length), 4*forwardFLOPs(c, rows, length), sec)
+
+	// KV-cache sampling.
+	sampler, err := NewSampler(b, m)
+	if err != nil {
+		return nil, err
+	}
+	prompts := make([][]int32, rows)
+	for i := range prompts {
+		prompts[i] = seqs[i][:opt.PromptLen]
+	}
+	sec, err = timeRuns(opt.Runs, func() error {
+		_, err := sampler.Generate(prompts, SampleOptions{MaxNewTokens: opt.NewTokens, Temperature: 1, Seed: opt.Seed})
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("bench sampling: %w", err)
+	}
+	capacity := BucketLength(BucketLength(opt.PromptLen) + opt.NewTokens)
+	flops := forwardFLOPs(c, rows, BucketLength(opt.PromptLen)) + float64(opt.NewTokens)*forwardFLOPs(c, rows, 1) +
+		float64(opt.NewTokens*rows)*4*float64(c.Hidden*c.Layers)*float64(capacity)
+	add("kv_cache_sampling", float64(rows*opt.NewTokens), flops, sec)
+	return out, nil
+}

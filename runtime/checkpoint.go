@@ -1,0 +1,151 @@
+package runtime
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+
+	"github.com/gomlx/gomlx/pkg/core/tensors"
+	"github.com/gomlx/gomlx/pkg/ml/context"
+	"stx.dev/stx/runtime/safetensors"
+)
+
+// Checkpoint file names inside a checkpoint directory (besides the model's HF files).
+const (
+	optimizerFile = "optimizer.safetensors"
+	stateFile     = "state.json"
+)
+
+// checkpointState is state.json: the trainer's counters and the caller's RNG state.
+type checkpointState struct {
+	Format    string   `json:"format"`
+	Step      int      `json:"step"`
+	AdamSteps int      `json:"adam_steps"`
+	Schedule  Schedule `json:"schedule"`
+	RNG       []byte   `json:"rng,omitempty"` // base64 in JSON
+}
+
+const checkpointFormat = "stx-checkpoint-v1"
+
+// SaveCheckpoint writes the model (Hugging Face layout), the optimizer state (AdamW moments),
+// the step counters and rng (the caller's serialised RNG state, e.g. from rand.PCG.MarshalBinary)
+// to dir. Everything is written into a temporary sibling directory that is renamed onto dir,
+// so a crash leaves either the old checkpoint or the new one, never a mix.
+func (t *Trainer) SaveCheckpoint(dir string, rng []byte) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	dir = filepath.Clean(dir)
+	if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
+		return fmt.Errorf("checkpoint: %w", err)
+	}
+	tmp, err := os.MkdirTemp(filepath.Dir(dir), "."+filepath.Base(dir)+".tmp-*")
+	if err != nil {
+		return fmt.Errorf("checkpoint: %w", err)
+	}
+	defer os.RemoveAll(tmp) // no-op after a successful rename
+	if err := t.m.SaveHF(tmp, 0); err != nil {
+		return fmt.Errorf("checkpoint: %w", err)
+	}
+	var opt []safetensors.Tensor
+	for i := range t.trainVar {
+		name := t.paramName(i)
+		for _, kind := range []struct {
+			prefix string
+			vars   []*context.Variable
+		}{{"exp_avg.", t.mVar}, {"exp_avg_sq.", t.vVar}} {
+			val, err := kind.vars[i].Value()
+			if err != nil {
+				return fmt.Errorf("checkpoint: optimizer state of %s: %w", name, err)
+			}
+			data, err := tensors.CopyFlatData[float32](val)
+			if err != nil {
+				return fmt.Errorf("checkpoint: optimizer state of %s: %w", name, err)
+			}
+			opt = append(opt, safetensors.FromFloat32(kind.prefix+name, val.Shape().Dimensions, data))
+		}
+	}
+	if err := safetensors.WriteFile(filepath.Join(tmp, optimizerFile), opt, map[string]string{"format": checkpointFormat}); err != nil {
+		return fmt.Errorf("checkpoint: %w", err)
+	}
+	js, err := json.MarshalIndent(checkpointState{Format: checkpointFormat, Step: t.step, AdamSteps: t.adamSteps,
+		Schedule: t.cfg.Schedule, RNG: rng}, "", "  ")
+	if err != nil {
+		return fmt.Errorf("checkpoint: %w", err)
+	}
+	if err := writeFileAtomic(filepath.Join(tmp, stateFile), append(js, '\n')); err != nil {
+		return fmt.Errorf("checkpoint: %w", err)
+	}
+	// Swap the new directory in: move any old one aside first (rename cannot replace a
+	// non-empty directory), then drop it.
+	old := ""
+	if _, err := os.Stat(dir); err == nil {
+		old = tmp + ".old"
+		if err := os.Rename(dir, old); err != nil {
+			return fmt.Errorf("checkpoint: %w", err)
+		}
+	}
+	if err := os.Rename(tmp, dir); err != nil {
+		if old != "" {
+			_ = os.Rename(old, dir)
+		}
+		return fmt.Errorf("checkpoint: %w", err)
+	}
+	if old != "" {
+		_ = os.RemoveAll(old)
+	}
+	return nil
+}
+
+// LoadCheckpoint restores the model weights, the optimizer state and the step counters from a
+// directory written by SaveCheckpoint, and returns the saved RNG state. The schedule saved
+// with the checkpoint is restored too (SetSchedule may override it afterwards).
+func (t *Trainer) LoadCheckpoint(dir string) (rng []byte, err error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	raw, err := os.ReadFile(filepath.Join(dir, stateFile))
+	if err != nil {
+		return nil, fmt.Errorf("checkpoint: %w", err)
+	}
+	var st checkpointState
+	if err := json.Unmarshal(raw, &st); err != nil {
+		return nil, fmt.Errorf("checkpoint %s: %w", dir, err)
+	}
+	if st.Format != checkpointFormat {
+		return nil, fmt.Errorf("checkpoint %s: format %q, want %q", dir, st.Format, checkpointFormat)
+	}
+	if err := t.m.LoadWeights(dir); err != nil {
+		return nil, fmt.Errorf("checkpoint: %w", err)
+	}
+	f, err := safetensors.ReadFile(filepath.Join(dir, optimizerFile))
+	if err != nil {
+		return nil, fmt.Errorf("checkpoint: %w", err)
+	}
+	for i := range t.trainVar {
+		name := t.paramName(i)
+		for _, kind := range []struct {
+			prefix string
+			vars   []*context.Variable
+		}{{"exp_avg.", t.mVar}, {"exp_avg_sq.", t.vVar}} {
+			ts, ok := f.Tensors[kind.prefix+name]
+			if !ok {
+				return nil, fmt.Errorf("checkpoint %s: optimizer state lacks %s%s", dir, kind.prefix, name)
+			}
+			v := kind.vars[i]
+			if !slices.Equal(ts.Shape, v.Shape().Dimensions) || ts.DType != safetensors.F32 {
+				return nil, fmt.Errorf("checkpoint %s: optimizer tensor %s%s is %s%v, want F32%v", dir, kind.prefix, name, ts.DType, ts.Shape, v.Shape().Dimensions)
+			}
+			data, err := ts.Float32s()
+			if err != nil {
+				return nil, fmt.Errorf("checkpoint %s: %w", dir, err)
+			}
+			if err := v.SetValue(tensors.FromFlatDataAndDimensions(data, ts.Shape...)); err != nil {
+				return nil, fmt.Errorf("checkpoint %s: %w", dir, err)
+			}
+		}
+	}
+	t.resetAccumulators()
+	t.step, t.adamSteps, t.cfg.Schedule = st.Step, st.AdamSteps, st.Schedule
+	return st.RNG, nil
+}

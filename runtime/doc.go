@@ -1,0 +1,23 @@
+// Package runtime is stx's backend branch: it knows tensors and models and nothing of
+// algorithms. It provides
+//
+//   - backend selection (NewBackend): SimpleGo ("go", pure Go) by default, XLA through a PJRT
+//     plugin when configured ("xla:cuda", a plugin path, $GOMLX_BACKEND), never a download;
+//   - one decoder family for Llama and Qwen2 checkpoints (Model, Config, BuiltinConfig "tiny"
+//     and "bench"), with graph-level building blocks for the specializations: Forward,
+//     Logits, LogProbs, Entropy, ValueHead, MaskedMean and friends;
+//   - Hugging Face layout IO (LoadModel, OpenModel, Model.SaveHF) on top of
+//     runtime/safetensors;
+//   - training (Trainer): gradients of a loss built in the graph by a LossFn, accumulation over
+//     micro-batches, global-norm clipping, AdamW with PyTorch semantics, LR schedules, atomic
+//     checkpoints that resume bit-exactly;
+//   - forward-only scoring (Scorer, Evaluator, ScoreJSONL) and generation with a host-side KV
+//     cache (Sampler);
+//   - the measurements behind `stx bench` (Bench).
+//
+// Graphs are compiled per input shape; callers pad sequence lengths and batch sizes to the
+// buckets of BucketLength and BucketBatch so that a run compiles a handful of graphs.
+//
+// Importing this package replaces GoMLX v0.26.0's Dot/DotGeneral gradients, which materialise
+// an O(M·N·K) tensor per matmul, with two-DotGeneral ones (see matmul.go).
+package runtime

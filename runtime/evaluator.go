@@ -1,0 +1,81 @@
+package runtime
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"sync"
+
+	"github.com/gomlx/gomlx/backends"
+	. "github.com/gomlx/gomlx/pkg/core/graph" //nolint:revive // graph-building code reads better unqualified.
+	"github.com/gomlx/gomlx/pkg/core/tensors"
+	"github.com/gomlx/gomlx/pkg/ml/context"
+)
+
+// OutputFn builds named forward-only outputs from the model and a batch inside a compiled
+// graph (a frozen reference's log-probs for a sync, a reward model's scores, values, ...).
+type OutputFn func(ctx *context.Context, m *Model, batch map[string]*Node) map[string]*Node
+
+// Evaluator runs an OutputFn on host batches, with graphs compiled per batch shape.
+type Evaluator struct {
+	m     *Model
+	fn    OutputFn
+	mu    sync.Mutex
+	keys  []string
+	names []string
+	exec  *context.Exec
+}
+
+// NewEvaluator prepares forward-only evaluation of fn with m on backend.
+func NewEvaluator(backend backends.Backend, m *Model, fn OutputFn) (*Evaluator, error) {
+	e := &Evaluator{m: m, fn: fn}
+	exec, err := context.NewExec(backend, m.Context(), func(ctx *context.Context, in []*Node) []*Node {
+		batch := make(map[string]*Node, len(e.keys))
+		for i, k := range e.keys {
+			batch[k] = in[i]
+		}
+		outs := e.fn(ctx, e.m, batch)
+		names := slices.Sorted(maps.Keys(outs))
+		if e.names == nil {
+			e.names = names
+		} else if !slices.Equal(names, e.names) {
+			panic(fmt.Errorf("evaluator: outputs %v, earlier %v", names, e.names))
+		}
+		res := make([]*Node, len(names))
+		for i, n := range names {
+			res[i] = outs[n]
+		}
+		return res
+	})
+	if err != nil {
+		return nil, fmt.Errorf("evaluator: %w", err)
+	}
+	e.exec = exec
+	return e, nil
+}
+
+// Run evaluates one batch; every call must use the same keys.
+func (e *Evaluator) Run(batch map[string]*tensors.Tensor) (map[string]*tensors.Tensor, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	keys := slices.Sorted(maps.Keys(batch))
+	if e.keys == nil {
+		e.keys = keys
+	}
+	if !slices.Equal(keys, e.keys) {
+		return nil, fmt.Errorf("evaluator: batch keys %v, compiled for %v", keys, e.keys)
+	}
+	args := make([]any, len(keys))
+	for i, k := range keys {
+		args[i] = batch[k]
+	}
+	out, err := e.exec.Exec(args...)
+	if err != nil {
+		return nil, fmt.Errorf("evaluator: %w", err)
+	}
+	res := make(map[string]*tensors.Tensor, len(out))
+	for i, n := range e.names {
+		res[n] = out[i]
+	}
+	return res, nil
+}

@@ -1,0 +1,479 @@
+package runtime
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"strings"
+
+	"github.com/gomlx/gomlx/pkg/core/dtypes"
+	. "github.com/gomlx/gomlx/pkg/core/graph" //nolint:revive // graph-building code reads better unqualified.
+	"github.com/gomlx/gomlx/pkg/core/shapes"
+	"github.com/gomlx/gomlx/pkg/core/tensors"
+	"github.com/gomlx/gomlx/pkg/ml/context"
+)
+
+// maskValue is the additive attention bias of masked keys: large enough to zero their softmax
+// weight in float32, finite so that a fully masked row never produces NaN.
+const maskValue = -1e9
+
+// Param is one named model tensor, named as in a Hugging Face checkpoint.
+type Param struct {
+	Name  string // e.g. "model.layers.0.self_attn.q_proj.weight"
+	Shape []int  // e.g. [out, in] for projections
+}
+
+// Model is one Llama/Qwen2-family decoder whose weights are variables of a GoMLX context.
+// Several models may share a context under different scopes (a policy and its frozen reference
+// in one graph); graph functions take the context they run with and find the weights there.
+type Model struct {
+	Config Config
+	ctx    *context.Context
+	scope  string // absolute scope prefix of the model's variables, "" for the root
+	params []Param
+	// source is the Hugging Face directory the model was loaded from ("" if none), and
+	// sourceConfig its config.json: SaveHF keeps the fields this package does not model and
+	// copies the tokenizer files, so a saved model opens in other tools like the original.
+	source       string
+	sourceConfig map[string]any
+}
+
+// NewModel creates a model with freshly initialised weights in a new context. Initialisation
+// is deterministic: the same config and seed give bit-identical weights.
+func NewModel(cfg Config, seed uint64) (*Model, error) {
+	return NewModelIn(context.New(), "", cfg, seed)
+}
+
+// NewModelIn creates a model whose variables live in ctx under the absolute scope prefix
+// (e.g. "/reference"; "" for the root).
+func NewModelIn(ctx *context.Context, scope string, cfg Config, seed uint64) (*Model, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	m := newEmptyModel(ctx, scope, cfg)
+	rng := rand.New(rand.NewPCG(seed, 0x5354585f494e4954)) // "STX_INIT"
+	for _, p := range m.params {
+		size := 1
+		for _, d := range p.Shape {
+			size *= d
+		}
+		data := make([]float32, size)
+		switch {
+		case strings.HasSuffix(p.Name, "norm.weight"):
+			for i := range data {
+				data[i] = 1
+			}
+		case strings.HasSuffix(p.Name, ".bias"):
+			// zeros
+		default:
+			for i := range data {
+				data[i] = float32(rng.NormFloat64() * cfg.InitStd)
+			}
+		}
+		if err := m.SetParam(p.Name, data); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}
+
+// newEmptyModel returns a model whose variables are not created yet (SetParam creates them).
+func newEmptyModel(ctx *context.Context, scope string, cfg Config) *Model {
+	return &Model{Config: cfg, ctx: ctx, scope: strings.TrimSuffix(scope, "/"), params: paramList(cfg)}
+}
+
+// paramList returns the model's tensors in a fixed order, with Hugging Face names and shapes.
+func paramList(c Config) []Param {
+	d, kv := c.Hidden, c.KVHeads*c.HeadDim()
+	ps := []Param{{"model.embed_tokens.weight", []int{c.VocabSize, d}}}
+	for l := range c.Layers {
+		pre := fmt.Sprintf("model.layers.%d.", l)
+		ps = append(ps,
+			Param{pre + "input_layernorm.weight", []int{d}},
+			Param{pre + "self_attn.q_proj.weight", []int{d, d}},
+			Param{pre + "self_attn.k_proj.weight", []int{kv, d}},
+			Param{pre + "self_attn.v_proj.weight", []int{kv, d}})
+		if c.AttentionBias {
+			ps = append(ps,
+				Param{pre + "self_attn.q_proj.bias", []int{d}},
+				Param{pre + "self_attn.k_proj.bias", []int{kv}},
+				Param{pre + "self_attn.v_proj.bias", []int{kv}})
+		}
+		ps = append(ps,
+			Param{pre + "self_attn.o_proj.weight", []int{d, d}},
+			Param{pre + "post_attention_layernorm.weight", []int{d}},
+			Param{pre + "mlp.gate_proj.weight", []int{c.Intermediate, d}},
+			Param{pre + "mlp.up_proj.weight", []int{c.Intermediate, d}},
+			Param{pre + "mlp.down_proj.weight", []int{d, c.Intermediate}})
+	}
+	ps = append(ps, Param{"model.norm.weight", []int{d}})
+	if !c.TieEmbeddings {
+		ps = append(ps, Param{"lm_head.weight", []int{c.VocabSize, d}})
+	}
+	if c.HasValueHead {
+		ps = append(ps, Param{"score.weight", []int{1, d}})
+	}
+	return ps
+}
+
+// AddValueHead gives the model a scalar head ("score.weight", [1, hidden]) initialised from
+// seed, e.g. to turn a loaded policy checkpoint into a critic or reward model. It is a no-op
+// when the model already has one.
+func (m *Model) AddValueHead(seed uint64) error {
+	if m.Config.HasValueHead {
+		return nil
+	}
+	m.Config.HasValueHead = true
+	m.params = paramList(m.Config)
+	rng := rand.New(rand.NewPCG(seed, 0x5354585f56414c55)) // "STX_VALU"
+	w := make([]float32, m.Config.Hidden)
+	for i := range w {
+		w[i] = float32(rng.NormFloat64() * m.Config.InitStd)
+	}
+	return m.SetParam("score.weight", w)
+}
+
+// Context returns the context holding the model's variables. Scorers, samplers and trainers
+// of a model share its variables: a sampler sees the weights the last train step left (calls
+// on one model must not run concurrently).
+func (m *Model) Context() *context.Context { return m.ctx }
+
+// Params lists the model's tensors in canonical order.
+func (m *Model) Params() []Param { return m.params }
+
+// variableScope maps a Hugging Face tensor name to the variable's scope and name.
+func (m *Model) variableScope(name string) (scope, varName string) {
+	i := strings.LastIndexByte(name, '.')
+	return m.scope + "/" + strings.ReplaceAll(name[:i], ".", "/"), name[i+1:]
+}
+
+// Variable returns the context variable holding the named tensor, or nil.
+func (m *Model) Variable(name string) *context.Variable {
+	scope, v := m.variableScope(name)
+	return m.ctx.GetVariableByScopeAndName(scope, v)
+}
+
+// Variables returns the model's variables in canonical order.
+func (m *Model) Variables() []*context.Variable {
+	vs := make([]*context.Variable, len(m.params))
+	for i, p := range m.params {
+		vs[i] = m.Variable(p.Name)
+	}
+	return vs
+}
+
+// SetParam sets a tensor's values (row-major, float32), creating its variable if needed.
+func (m *Model) SetParam(name string, data []float32) error {
+	var shape []int
+	for _, p := range m.params {
+		if p.Name == name {
+			shape = p.Shape
+		}
+	}
+	if shape == nil {
+		return fmt.Errorf("model has no tensor %q", name)
+	}
+	if len(data) != shapes.Make(dtypes.Float32, shape...).Size() {
+		return fmt.Errorf("tensor %q: %d values for shape %v", name, len(data), shape)
+	}
+	t := tensors.FromFlatDataAndDimensions(data, shape...)
+	if v := m.Variable(name); v != nil {
+		if err := v.SetValue(t); err != nil {
+			return fmt.Errorf("setting %q: %w", name, err)
+		}
+		return nil
+	}
+	scope, vn := m.variableScope(name)
+	m.ctx.InAbsPath(scope).Checked(false).VariableWithValue(vn, t)
+	return nil
+}
+
+// ParamValues returns a copy of a tensor's values (row-major, float32).
+func (m *Model) ParamValues(name string) ([]float32, error) {
+	v := m.Variable(name)
+	if v == nil {
+		return nil, fmt.Errorf("model has no tensor %q", name)
+	}
+	t, err := v.Value()
+	if err != nil {
+		return nil, fmt.Errorf("reading %q: %w", name, err)
+	}
+	return tensors.CopyFlatData[float32](t)
+}
+
+// SetTrainable marks all the model's variables as trainable or frozen.
+func (m *Model) SetTrainable(trainable bool) {
+	for _, v := range m.Variables() {
+		v.SetTrainable(trainable)
+	}
+}
+
+// weight returns the named tensor inside graph g of the executing context ctx.
+//
+// Graph-building code reports misuse by panicking with an error value: GoMLX's executors turn
+// error panics into returned errors, but re-panic anything else.
+func (m *Model) weight(ctx *context.Context, g *Graph, name string) *Node {
+	scope, vn := m.variableScope(name)
+	v := ctx.GetVariableByScopeAndName(scope, vn)
+	if v == nil {
+		panic(fmt.Errorf("model tensor %q not found in context scope %q", name, scope))
+	}
+	return v.ValueGraph(g)
+}
+
+// kvCache is the attention state of earlier positions, per layer: keys [batch, kvHeads, past,
+// headDim] and values transposed, [batch, kvHeads, headDim, past], the layouts SimpleGo's
+// DotGeneral uses without copying; bias [batch, seq, past] is the additive bias of the past
+// keys (0 or maskValue).
+type kvCache struct {
+	k, vT []*Node
+	bias  *Node
+}
+
+// Forward runs the decoder on tokens [batch, seq] (int32) with causal attention and positions
+// 0..seq-1, returning the final-normed hidden states [batch, seq, hidden]. Right padding is
+// harmless: causal attention never lets a real position see a later pad.
+func (m *Model) Forward(ctx *context.Context, tokens *Node) *Node {
+	h, _ := m.forward(ctx, tokens, nil, nil, nil)
+	return h
+}
+
+// Logits projects hidden states [..., hidden] to vocabulary logits [..., vocab].
+func (m *Model) Logits(ctx *context.Context, hidden *Node) *Node {
+	name := "lm_head.weight"
+	if m.Config.TieEmbeddings {
+		name = "model.embed_tokens.weight"
+	}
+	return Linear(hidden, m.weight(ctx, hidden.Graph(), name))
+}
+
+// ValueHead maps hidden states [batch, seq, hidden] to scalars [batch, seq] with the
+// "score.weight" head (Config.HasValueHead must be set).
+func (m *Model) ValueHead(ctx *context.Context, hidden *Node) *Node {
+	if !m.Config.HasValueHead {
+		panic(errors.New("ValueHead: the model config has no value head (Config.HasValueHead)"))
+	}
+	v := Linear(hidden, m.weight(ctx, hidden.Graph(), "score.weight"))
+	return Squeeze(v, -1)
+}
+
+// forward is the decoder. positions [batch, seq] (nil: 0..seq-1); bias [batch, seq, seq] is the
+// additive attention bias among the new tokens (nil: causal); past holds earlier keys/values
+// (nil: none). It returns the hidden states and this call's keys and transposed values.
+func (m *Model) forward(ctx *context.Context, tokens, positions, bias *Node, past *kvCache) (*Node, kvCache) {
+	c := m.Config
+	g := tokens.Graph()
+	batch, seq := tokens.Shape().Dimensions[0], tokens.Shape().Dimensions[1]
+	if tokens.DType() != dtypes.Int32 {
+		tokens = ConvertDType(tokens, dtypes.Int32)
+	}
+	if positions == nil {
+		positions = Iota(g, shapes.Make(dtypes.Int32, batch, seq), 1)
+	}
+	if bias == nil {
+		row := Iota(g, shapes.Make(dtypes.Int32, seq, seq), 0)
+		col := Iota(g, shapes.Make(dtypes.Int32, seq, seq), 1)
+		causal := Where(GreaterOrEqual(row, col), Scalar(g, dtypes.Float32, 0), Scalar(g, dtypes.Float32, maskValue))
+		bias = BroadcastToDims(InsertAxes(causal, 0), batch, seq, seq)
+	}
+	// [batch, 1, 1, seq, keys]: broadcast over kv heads and the query group.
+	bias = InsertAxes(bias, 1, 1)
+	var pastBias *Node
+	if past != nil {
+		pastBias = InsertAxes(past.bias, 1, 1)
+	}
+	cos, sin := ropeTables(positions, c.HeadDim(), c.RopeTheta)
+
+	x := Gather(m.weight(ctx, g, "model.embed_tokens.weight"), InsertAxes(tokens, -1))
+	var present kvCache
+	for l := range c.Layers {
+		pre := fmt.Sprintf("model.layers.%d.", l)
+		h := rmsNorm(x, m.weight(ctx, g, pre+"input_layernorm.weight"), c.RMSNormEps)
+		var pk, pvT *Node
+		if past != nil {
+			pk, pvT = past.k[l], past.vT[l]
+		}
+		attn, k, vT := m.attention(ctx, h, pre, cos, sin, bias, pk, pvT, pastBias)
+		present.k = append(present.k, k)
+		present.vT = append(present.vT, vT)
+		x = Add(x, attn)
+		h = rmsNorm(x, m.weight(ctx, g, pre+"post_attention_layernorm.weight"), c.RMSNormEps)
+		gate := Linear(h, m.weight(ctx, g, pre+"mlp.gate_proj.weight"))
+		up := Linear(h, m.weight(ctx, g, pre+"mlp.up_proj.weight"))
+		act := Mul(Mul(gate, Sigmoid(gate)), up) // SwiGLU: silu(gate)·up
+		x = Add(x, Linear(act, m.weight(ctx, g, pre+"mlp.down_proj.weight")))
+	}
+	return rmsNorm(x, m.weight(ctx, g, "model.norm.weight"), c.RMSNormEps), present
+}
+
+// attention is one grouped-query attention block. h [B,T,hidden]; bias [B,1,1,T,T]; with a
+// past, pastK [B,kvh,S,hd], pastVT [B,kvh,hd,S] and pastBias [B,1,1,T,S]. It returns the
+// block's output [B,T,hidden], the new keys [B,kvh,T,hd] (after RoPE) and the new values
+// transposed [B,kvh,hd,T].
+func (m *Model) attention(ctx *context.Context, h *Node, pre string, cos, sin, bias, pastK, pastVT, pastBias *Node) (out, k, vT *Node) {
+	c := m.Config
+	g := h.Graph()
+	b, t := h.Shape().Dimensions[0], h.Shape().Dimensions[1]
+	hd, kvh := c.HeadDim(), c.KVHeads
+	group := c.Heads / kvh
+	proj := func(name string) *Node {
+		y := Linear(h, m.weight(ctx, g, pre+"self_attn."+name+".weight"))
+		if c.AttentionBias {
+			y = Add(y, lastAxis(m.weight(ctx, g, pre+"self_attn."+name+".bias"), y.Rank()))
+		}
+		return y
+	}
+	q := applyRope(Reshape(proj("q_proj"), b, t, c.Heads, hd), cos, sin)
+	k = applyRope(Reshape(proj("k_proj"), b, t, kvh, hd), cos, sin)
+	v := Reshape(proj("v_proj"), b, t, kvh, hd)
+	k = TransposeAllAxes(k, 0, 2, 1, 3)  // [B,kvh,T,hd]
+	vT = TransposeAllAxes(v, 0, 2, 3, 1) // [B,kvh,hd,T]
+	// Queries of one kv head are grouped so that the score matmul batches over (B, kvh) and
+	// needs no repeat of keys/values: head h uses kv head h/group, as in HF's repeat_kv.
+	q = Reshape(q, b, t, kvh, group, hd)
+	q = TransposeAllAxes(q, 0, 2, 3, 1, 4) // [B,kvh,group,T,hd]
+	q = Reshape(q, b, kvh, group*t, hd)
+	scale := 1 / math.Sqrt(float64(hd))
+	scores := func(keys, bias *Node) *Node { // [B,kvh,group,T,S]
+		s := DotGeneralWithAxes(q, []int{3}, []int{0, 1}, keys, []int{3}, []int{0, 1}) // [B,kvh,group*T,S]
+		s = MulScalar(s, scale)
+		return Add(Reshape(s, b, kvh, group, t, keys.Shape().Dimensions[2]), bias)
+	}
+	weighted := func(e, valuesT *Node) *Node { // Σ_s e·v → [B,kvh,group*T,hd]
+		s := e.Shape().Dimensions[4]
+		return DotGeneralWithAxes(Reshape(e, b, kvh, group*t, s), []int{3}, []int{0, 1}, valuesT, []int{3}, []int{0, 1})
+	}
+	// Softmax over past and new keys together, without concatenating them (a copy of the
+	// whole cache per step): shared max, exponentials, and a common denominator. The max is a
+	// constant for the gradient, which is exact because softmax is shift-invariant.
+	cur := scores(k, bias)
+	mx := ReduceAndKeep(cur, ReduceMax, -1)
+	var past *Node
+	if pastK != nil {
+		past = scores(pastK, pastBias)
+		mx = Max(mx, ReduceAndKeep(past, ReduceMax, -1))
+	}
+	mx = StopGradient(mx)
+	eCur := Exp(Sub(cur, mx))
+	den := ReduceAndKeep(eCur, ReduceSum, -1)
+	o := weighted(eCur, vT)
+	if past != nil {
+		ePast := Exp(Sub(past, mx))
+		den = Add(den, ReduceAndKeep(ePast, ReduceSum, -1))
+		o = Add(o, weighted(ePast, pastVT))
+	}
+	o = Div(Reshape(o, b, kvh, group, t, hd), den) // den [B,kvh,group,T,1]
+	o = TransposeAllAxes(o, 0, 3, 1, 2, 4)         // [B,T,kvh,group,hd]
+	o = Reshape(o, b, t, c.Heads*hd)
+	return Linear(o, m.weight(ctx, g, pre+"self_attn.o_proj.weight")), k, vT
+}
+
+// rmsNorm is x / sqrt(mean(x²) + eps) · w over the last axis. It uses Div(·, Sqrt(·)) because
+// GoMLX v0.26 has no gradient for Rsqrt.
+func rmsNorm(x, w *Node, eps float64) *Node {
+	ms := ReduceAndKeep(Square(x), ReduceMean, -1)
+	return Mul(Div(x, Sqrt(AddScalar(ms, eps))), lastAxis(w, x.Rank()))
+}
+
+// lastAxis reshapes a vector to [1, ..., 1, n] of the given rank, for broadcasting (GoMLX
+// binary ops broadcast dimensions of size 1 but need equal ranks).
+func lastAxis(v *Node, rank int) *Node {
+	dims := make([]int, rank)
+	for i := range dims {
+		dims[i] = 1
+	}
+	dims[rank-1] = v.Shape().Dimensions[0]
+	return Reshape(v, dims...)
+}
+
+// ropeTables returns cos and sin of the RoPE angles, shaped [B,T,1,1,headDim/2] to broadcast
+// over heads and the rotate-half pair axis.
+func ropeTables(positions *Node, headDim int, theta float64) (cos, sin *Node) {
+	g := positions.Graph()
+	half := headDim / 2
+	inv := make([]float32, half)
+	for i := range inv {
+		inv[i] = float32(1 / math.Pow(theta, float64(2*i)/float64(headDim)))
+	}
+	pos := ConvertDType(positions, dtypes.Float32)
+	b, t := pos.Shape().Dimensions[0], pos.Shape().Dimensions[1]
+	angles := Mul(Reshape(pos, b, t, 1, 1, 1), Reshape(Const(g, inv), 1, 1, 1, 1, half))
+	return Cos(angles), Sin(angles)
+}
+
+// applyRope rotates x [B,T,heads,headDim] with the rotate-half convention (HF Llama/Qwen2):
+// x·cos + rotate_half(x)·sin, rotate_half([x1, x2]) = [-x2, x1]. The halves are separated by a
+// reshape to [..., 2, headDim/2] and masked sums instead of Slice, whose gradient needs Pad,
+// which SimpleGo lacks.
+func applyRope(x, cos, sin *Node) *Node {
+	g := x.Graph()
+	d := x.Shape().Dimensions
+	half := d[3] / 2
+	xr := Reshape(x, d[0], d[1], d[2], 2, half)
+	e0 := Reshape(Const(g, []float32{1, 0}), 1, 1, 1, 2, 1)
+	e1 := Reshape(Const(g, []float32{0, 1}), 1, 1, 1, 2, 1)
+	x1 := ReduceAndKeep(Mul(xr, e0), ReduceSum, 3)
+	x2 := ReduceAndKeep(Mul(xr, e1), ReduceSum, 3)
+	rot := Add(Mul(Neg(x2), e0), Mul(x1, e1))
+	out := Add(Mul(xr, cos), Mul(rot, sin))
+	return Reshape(out, d...)
+}
+
+// LogSoftmaxLast is a numerically stable log-softmax over the last axis.
+func LogSoftmaxLast(logits *Node) *Node {
+	mx := StopGradient(ReduceAndKeep(logits, ReduceMax, -1))
+	shifted := Sub(logits, mx)
+	return Sub(shifted, Log(ReduceAndKeep(Exp(shifted), ReduceSum, -1)))
+}
+
+// LogProbs gathers log-softmax(logits)[..., target]: logits [..., vocab], targets [...] (integer)
+// → [...]. It gathers the target's logit and subtracts the log-sum-exp, which avoids
+// materialising a one-hot or a full log-softmax; the gather's gradient is a scatter-add.
+func LogProbs(logits, targets *Node) *Node {
+	g := logits.Graph()
+	dims := logits.Shape().Dimensions
+	vocab := dims[len(dims)-1]
+	n := logits.Shape().Size() / vocab
+	if targets.DType() != dtypes.Int32 {
+		targets = ConvertDType(targets, dtypes.Int32)
+	}
+	// Flat index of (row, target) in the [n·vocab] logits.
+	rows := MulScalar(Iota(g, shapes.Make(dtypes.Int32, n), 0), vocab)
+	idx := Add(rows, Reshape(targets, n))
+	picked := Gather(Reshape(logits, n*vocab, 1), Reshape(idx, n, 1)) // [n, 1]
+	mx := StopGradient(ReduceAndKeep(logits, ReduceMax, -1))
+	lse := Add(Log(ReduceAndKeep(Exp(Sub(logits, mx)), ReduceSum, -1)), mx)
+	return Reshape(Sub(Reshape(picked, n), Reshape(lse, n)), dims[:len(dims)-1]...)
+}
+
+// Entropy is −Σ p·log p of softmax(logits) over the last axis: [..., vocab] → [...].
+func Entropy(logits *Node) *Node {
+	lp := LogSoftmaxLast(logits)
+	return Neg(ReduceSum(Mul(Exp(lp), lp), -1))
+}
+
+// MaskedSum is Σ x·mask over all elements (mask 0/1, same shape as x).
+func MaskedSum(x, mask *Node) *Node {
+	return ReduceAllSum(Mul(x, ConvertDType(mask, x.DType())))
+}
+
+// MaskedMean is Σ x·mask / Σ mask, and 0 where the mask is empty (never NaN).
+func MaskedMean(x, mask *Node) *Node {
+	mk := ConvertDType(mask, x.DType())
+	n := ReduceAllSum(mk)
+	return Div(ReduceAllSum(Mul(x, mk)), Max(n, OnesLike(n)))
+}
+
+// MaskedMeanPerRow is Σ_t x·mask / Σ_t mask over the last axis ([B,T] → [B]), 0 for empty rows.
+func MaskedMeanPerRow(x, mask *Node) *Node {
+	mk := ConvertDType(mask, x.DType())
+	n := ReduceSum(mk, -1)
+	return Div(ReduceSum(Mul(x, mk), -1), Max(n, OnesLike(n)))
+}
+
+// TokenLogProbs is the model's log-probability of targets [B,T] given tokens [B,T]; targets are
+// the next tokens (shifted on the host: targets[b,t] = tokens[b,t+1]).
+func (m *Model) TokenLogProbs(ctx *context.Context, tokens, targets *Node) *Node {
+	return LogProbs(m.Logits(ctx, m.Forward(ctx, tokens)), targets)
+}

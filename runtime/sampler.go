@@ -1,0 +1,399 @@
+package runtime
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"sort"
+	"sync"
+
+	"github.com/gomlx/gomlx/backends"
+	"github.com/gomlx/gomlx/backends/simplego"
+	"github.com/gomlx/gomlx/pkg/core/dtypes"
+	. "github.com/gomlx/gomlx/pkg/core/graph" //nolint:revive // graph-building code reads better unqualified.
+	"github.com/gomlx/gomlx/pkg/core/shapes"
+	"github.com/gomlx/gomlx/pkg/core/tensors"
+	"github.com/gomlx/gomlx/pkg/ml/context"
+)
+
+// SampleOptions configures generation.
+type SampleOptions struct {
+	MaxNewTokens int     // upper bound on generated tokens per sequence (> 0)
+	Temperature  float64 // 0 means greedy decoding
+	TopP         float64 // nucleus sampling threshold in (0, 1]; 0 or 1 turns it off
+	TopK         int     // keep the k most likely tokens; 0 turns it off
+	StopTokens   []int32 // a sequence ends after emitting one of these (it is included)
+	Seed         uint64  // same seed, prompts and options → same samples
+}
+
+// Sample is one generated continuation.
+type Sample struct {
+	Tokens []int32 // new tokens (the prompt excluded)
+	// LogProbs[i] is the log-probability of Tokens[i] under the distribution it was drawn
+	// from before top-k/top-p truncation: log_softmax(logits/Temperature), or log_softmax(logits)
+	// when greedy. With temperature 1 it equals the model's log-prob of the token.
+	LogProbs []float32
+	Stopped  bool // ended with a stop token (false: hit MaxNewTokens)
+}
+
+// Sampler generates continuations with a key/value cache kept on the host (NOTES measured it
+// faster than an in-graph cache on SimpleGo). With SimpleGo, prompt and decode steps run in
+// plain Go (hostdecode.go), several times faster than SimpleGo's small-matrix kernels; on
+// other backends a prompt is one compiled forward and each decode step one compiled graph with
+// the cache as a fixed-capacity input, so one graph serves every step. The sampler reads the
+// model's weights at each Generate call, so it always samples from the latest trained policy.
+type Sampler struct {
+	m    *Model
+	mu   sync.Mutex
+	exec *context.Exec
+	// hostDecode runs decode steps in plain Go (SimpleGo backend); prefill stays a graph.
+	hostDecode bool
+}
+
+// NewSampler prepares generation with m on backend.
+func NewSampler(backend backends.Backend, m *Model) (*Sampler, error) {
+	exec, err := context.NewExec(backend, m.Context(), m.decodeGraph)
+	if err != nil {
+		return nil, fmt.Errorf("sampler: %w", err)
+	}
+	return &Sampler{m: m, exec: exec, hostDecode: isSimpleGo(backend)}, nil
+}
+
+// isSimpleGo says whether the backend is the pure-Go one (possibly wrapped in a *Backend).
+func isSimpleGo(b backends.Backend) bool {
+	if w, ok := b.(*Backend); ok {
+		b = w.Backend
+	}
+	_, ok := b.(*simplego.Backend)
+	return ok
+}
+
+// decodeGraph inputs: tokens [B,T], positions [B,T], the bias among the new tokens [B,T,T] and
+// towards the cached ones [B,T,S], then per layer the cached keys [B,kvh,S,hd] and, per layer,
+// the cached values transposed [B,kvh,hd,S]. Outputs: logits of the last position [B,V], then
+// per layer the new keys [B,kvh,T,hd] and the new transposed values [B,kvh,hd,T]. Layers are
+// separate inputs and outputs so that no per-step Slice or Concatenate copies the cache.
+func (m *Model) decodeGraph(ctx *context.Context, in []*Node) []*Node {
+	layers := m.Config.Layers
+	tokens, positions, bias := in[0], in[1], in[2]
+	past := &kvCache{k: in[4 : 4+layers], vT: in[4+layers : 4+2*layers], bias: in[3]}
+	hidden, present := m.forward(ctx, tokens, positions, bias, past)
+	t := tokens.Shape().Dimensions[1]
+	last := Squeeze(Slice(hidden, AxisRange(), AxisElem(t-1)), 1)
+	out := []*Node{m.Logits(ctx, last)}
+	out = append(out, present.k...)
+	return append(out, present.vT...)
+}
+
+func (o SampleOptions) validate(vocab int) error {
+	switch {
+	case o.MaxNewTokens <= 0:
+		return fmt.Errorf("sample: max new tokens must be positive, got %d", o.MaxNewTokens)
+	case o.Temperature < 0 || math.IsNaN(o.Temperature):
+		return fmt.Errorf("sample: temperature must be ≥ 0, got %g", o.Temperature)
+	case o.TopP < 0 || o.TopP > 1:
+		return fmt.Errorf("sample: top-p must be in [0, 1], got %g", o.TopP)
+	case o.TopK < 0:
+		return fmt.Errorf("sample: top-k must be ≥ 0, got %d", o.TopK)
+	}
+	for _, s := range o.StopTokens {
+		if s < 0 || int(s) >= vocab {
+			return fmt.Errorf("sample: stop token %d outside the vocabulary [0, %d)", s, vocab)
+		}
+	}
+	return nil
+}
+
+// Generate continues each prompt (all non-empty). Prompts are left-padded to a common length;
+// padding is masked out of attention and does not shift positions.
+func (s *Sampler) Generate(prompts [][]int32, opt SampleOptions) ([]Sample, error) {
+	c := s.m.Config
+	if err := opt.validate(c.VocabSize); err != nil {
+		return nil, err
+	}
+	if len(prompts) == 0 {
+		return nil, nil
+	}
+	maxPrompt := 0
+	for i, p := range prompts {
+		if len(p) == 0 {
+			return nil, fmt.Errorf("sample: prompt %d is empty", i)
+		}
+		for _, tok := range p {
+			if tok < 0 || int(tok) >= c.VocabSize {
+				return nil, fmt.Errorf("sample: prompt %d has token %d outside the vocabulary [0, %d)", i, tok, c.VocabSize)
+			}
+		}
+		maxPrompt = max(maxPrompt, len(p))
+	}
+	if c.MaxPositions > 0 && maxPrompt+opt.MaxNewTokens > c.MaxPositions {
+		return nil, fmt.Errorf("sample: %d prompt + %d new tokens exceed the model's %d positions", maxPrompt, opt.MaxNewTokens, c.MaxPositions)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+
+	rows := len(prompts)
+	p := BucketLength(maxPrompt)
+	capacity := BucketLength(p + opt.MaxNewTokens)
+	kvh, hd, layers := c.KVHeads, c.HeadDim(), c.Layers
+	pad := int32(max(c.PAD, 0))
+	padCount := make([]int, rows)
+	tokens := make([]int32, rows*p)
+	positions := make([]int32, rows*p)
+	for r, pr := range prompts {
+		padCount[r] = p - len(pr)
+		for t := range p {
+			tokens[r*p+t] = pad
+			if t >= padCount[r] {
+				tokens[r*p+t] = pr[t-padCount[r]]
+				positions[r*p+t] = int32(t - padCount[r])
+			}
+		}
+	}
+	// Host cache per layer: keys [B,kvh,capacity,hd], values transposed [B,kvh,hd,capacity].
+	kCache := make([][]float32, layers)
+	vCache := make([][]float32, layers)
+	for l := range layers {
+		kCache[l] = make([]float32, rows*kvh*capacity*hd)
+		vCache[l] = make([]float32, rows*kvh*hd*capacity)
+	}
+	logits := make([]float32, rows*c.VocabSize)
+	var out []*tensors.Tensor
+	// writeCache copies n new positions, starting at slot at, from the graph's outputs.
+	writeCache := func(at, n int) error {
+		for l := range layers {
+			err := tensors.ConstFlatData(out[1+l], func(src []float32) {
+				for blk := range rows * kvh {
+					copy(kCache[l][(blk*capacity+at)*hd:(blk*capacity+at+n)*hd], src[blk*n*hd:(blk+1)*n*hd])
+				}
+			})
+			if err != nil {
+				return err
+			}
+			err = tensors.ConstFlatData(out[1+layers+l], func(src []float32) {
+				for row := range rows * kvh * hd { // one (batch, head, dim) row of n positions
+					copy(vCache[l][row*capacity+at:row*capacity+at+n], src[row*n:(row+1)*n])
+				}
+			})
+			if err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+
+	var host *hostDecoder
+	if s.hostDecode {
+		// Prefill on the host too, one prompt position per step (left pads attend only to
+		// themselves and are never attended to).
+		var err error
+		if host, err = newHostDecoder(s.m); err != nil {
+			return nil, fmt.Errorf("sample: %w", err)
+		}
+		colTok, colPos := make([]int32, rows), make([]int32, rows)
+		for t := range p {
+			for r := range rows {
+				colTok[r], colPos[r] = tokens[r*p+t], positions[r*p+t]
+			}
+			host.step(colTok, colPos, kCache, vCache, capacity, padCount, t, logits)
+		}
+	} else {
+		// Prefill: the prompt attends to itself causally, pads masked; a one-slot dummy past
+		// is fully masked (a zero-length axis is avoided).
+		bias := make([]float32, rows*p*p)
+		dummyBias := make([]float32, rows*p)
+		for r := range rows {
+			for t := range p {
+				dummyBias[r*p+t] = maskValue
+				row := bias[(r*p+t)*p:]
+				for k := range p {
+					if k > t || k < padCount[r] {
+						row[k] = maskValue
+					}
+				}
+			}
+		}
+		args := []any{tensors.FromFlatDataAndDimensions(tokens, rows, p), tensors.FromFlatDataAndDimensions(positions, rows, p),
+			tensors.FromFlatDataAndDimensions(bias, rows, p, p), tensors.FromFlatDataAndDimensions(dummyBias, rows, p, 1)}
+		for range layers {
+			args = append(args, tensors.FromShape(shapes.Make(dtypes.Float32, rows, kvh, 1, hd)))
+		}
+		for range layers {
+			args = append(args, tensors.FromShape(shapes.Make(dtypes.Float32, rows, kvh, hd, 1)))
+		}
+		var err error
+		if out, err = s.exec.Exec(args...); err != nil {
+			return nil, fmt.Errorf("sample: prefill: %w", err)
+		}
+		if err := writeCache(0, p); err != nil {
+			return nil, fmt.Errorf("sample: %w", err)
+		}
+		if err := tensors.ConstFlatData(out[0], func(src []float32) { copy(logits, src) }); err != nil {
+			return nil, fmt.Errorf("sample: %w", err)
+		}
+	}
+
+	rng := rand.New(rand.NewPCG(opt.Seed, 0x53545853414d504c)) // "STXSAMPL"
+	res := make([]Sample, rows)
+	done := make([]bool, rows)
+	next := make([]int32, rows)
+	stepTok := make([]int32, rows)
+	stepPos := make([]int32, rows)
+	stepBias := make([]float32, rows*capacity)
+	selfBias := tensors.FromFlatDataAndDimensions(make([]float32, rows), rows, 1, 1) // a token sees itself
+	scratch := newSampleScratch(c.VocabSize)
+	for step := 0; ; step++ {
+		active := 0
+		for r := range rows {
+			if done[r] {
+				continue
+			}
+			tok, lp := scratch.pick(logits[r*c.VocabSize:(r+1)*c.VocabSize], opt, rng)
+			res[r].Tokens = append(res[r].Tokens, tok)
+			res[r].LogProbs = append(res[r].LogProbs, lp)
+			next[r] = tok
+			if slices.Contains(opt.StopTokens, tok) {
+				res[r].Stopped = true
+				done[r] = true
+			} else if len(res[r].Tokens) >= opt.MaxNewTokens {
+				done[r] = true
+			} else {
+				active++
+			}
+		}
+		if active == 0 {
+			break
+		}
+		// Decode one token per row at cache slot p+step.
+		slot := p + step
+		for r := range rows {
+			stepTok[r] = pad
+			if !done[r] {
+				stepTok[r] = next[r]
+			}
+			stepPos[r] = int32(slot - padCount[r])
+		}
+		if host != nil {
+			host.step(stepTok, stepPos, kCache, vCache, capacity, padCount, slot, logits)
+			continue
+		}
+		for r := range rows {
+			row := stepBias[r*capacity : (r+1)*capacity]
+			for k := range capacity {
+				row[k] = 0
+				if k < padCount[r] || k >= slot {
+					row[k] = maskValue
+				}
+			}
+		}
+		args := []any{tensors.FromFlatDataAndDimensions(stepTok, rows, 1), tensors.FromFlatDataAndDimensions(stepPos, rows, 1),
+			selfBias, tensors.FromFlatDataAndDimensions(stepBias, rows, 1, capacity)}
+		for l := range layers {
+			args = append(args, tensors.FromFlatDataAndDimensions(kCache[l], rows, kvh, capacity, hd))
+		}
+		for l := range layers {
+			args = append(args, tensors.FromFlatDataAndDimensions(vCache[l], rows, kvh, hd, capacity))
+		}
+		var err error
+		if out, err = s.exec.Exec(args...); err != nil {
+			return nil, fmt.Errorf("sample: decode step %d: %w", step, err)
+		}
+		if err := writeCache(slot, 1); err != nil {
+			return nil, fmt.Errorf("sample: %w", err)
+		}
+		if err := tensors.ConstFlatData(out[0], func(src []float32) { copy(logits, src) }); err != nil {
+			return nil, fmt.Errorf("sample: %w", err)
+		}
+	}
+	return res, nil
+}
+
+// sampleScratch holds per-call buffers of the host-side token choice.
+type sampleScratch struct {
+	logp  []float64
+	order []int
+}
+
+func newSampleScratch(vocab int) *sampleScratch {
+	return &sampleScratch{logp: make([]float64, vocab), order: make([]int, vocab)}
+}
+
+// pick chooses the next token from one row of logits and returns it with its log-probability
+// (see Sample.LogProbs). Computed in float64 so that the choice is deterministic and exact.
+func (sc *sampleScratch) pick(logits []float32, opt SampleOptions, rng *rand.Rand) (int32, float32) {
+	temp := opt.Temperature
+	if temp == 0 {
+		temp = 1
+	}
+	mx := math.Inf(-1)
+	for i, l := range logits {
+		sc.logp[i] = float64(l) / temp
+		mx = math.Max(mx, sc.logp[i])
+	}
+	sum := 0.0
+	for _, v := range sc.logp {
+		sum += math.Exp(v - mx)
+	}
+	lse := mx + math.Log(sum)
+	best := 0
+	for i := range sc.logp {
+		sc.logp[i] -= lse
+		if sc.logp[i] > sc.logp[best] {
+			best = i
+		}
+	}
+	if opt.Temperature == 0 {
+		return int32(best), float32(sc.logp[best])
+	}
+	for i := range sc.order {
+		sc.order[i] = i
+	}
+	truncate := (opt.TopK > 0 && opt.TopK < len(sc.order)) || (opt.TopP > 0 && opt.TopP < 1)
+	if !truncate {
+		u := rng.Float64()
+		for _, id := range sc.order {
+			u -= math.Exp(sc.logp[id])
+			if u < 0 {
+				return int32(id), float32(sc.logp[id])
+			}
+		}
+		return int32(best), float32(sc.logp[best]) // rounding left u ≥ 0: take the mode
+	}
+	// Candidates sorted by probability (ties by id, for determinism), truncated by top-k and top-p.
+	sort.Slice(sc.order, func(a, b int) bool {
+		la, lb := sc.logp[sc.order[a]], sc.logp[sc.order[b]]
+		if la != lb {
+			return la > lb
+		}
+		return sc.order[a] < sc.order[b]
+	})
+	n := len(sc.order)
+	if opt.TopK > 0 && opt.TopK < n {
+		n = opt.TopK
+	}
+	if opt.TopP > 0 && opt.TopP < 1 {
+		cum := 0.0
+		for i := range n {
+			cum += math.Exp(sc.logp[sc.order[i]])
+			if cum >= opt.TopP {
+				n = i + 1
+				break
+			}
+		}
+	}
+	total := 0.0
+	for _, id := range sc.order[:n] {
+		total += math.Exp(sc.logp[id])
+	}
+	u := rng.Float64() * total
+	chosen := sc.order[n-1]
+	for _, id := range sc.order[:n] {
+		u -= math.Exp(sc.logp[id])
+		if u < 0 {
+			chosen = id
+			break
+		}
+	}
+	return int32(chosen), float32(sc.logp[chosen])
+}

@@ -1,0 +1,296 @@
+package runtime
+
+import (
+	"fmt"
+	"maps"
+	"math"
+	"slices"
+	"strings"
+	"sync"
+
+	"github.com/gomlx/gomlx/backends"
+	"github.com/gomlx/gomlx/pkg/core/dtypes"
+	. "github.com/gomlx/gomlx/pkg/core/graph" //nolint:revive // graph-building code reads better unqualified.
+	"github.com/gomlx/gomlx/pkg/core/tensors"
+	"github.com/gomlx/gomlx/pkg/ml/context"
+)
+
+// combineMetric folds one micro-batch's metric into the step's value. Loss
+// builders normalise with the whole mini-batch's denominators (ALGORITHMS.md
+// C.0), so each micro-batch reports its share and shares add up; metrics
+// named *_max or *_min are extremes and combine as such.
+func combineMetric(name string, acc, v float64, first bool) float64 {
+	switch {
+	case first:
+		return v
+	case strings.HasSuffix(name, "_max") || strings.HasSuffix(name, "max"):
+		return math.Max(acc, v)
+	case strings.HasSuffix(name, "_min") || strings.HasSuffix(name, "min"):
+		return math.Min(acc, v)
+	}
+	return acc + v
+}
+
+// LossFn builds a loss inside a compiled graph: from the model and the micro-batch's tensors
+// (host-side keys become graph nodes with the same names) it returns a scalar loss and named
+// scalar metrics. The trainer sums the gradients of the micro-batches of one optimizer step,
+// so a loss normalised over the whole mini-batch (ALGORITHMS.md C.0) must be scaled by the
+// builder (for example with a count passed in the batch).
+type LossFn func(ctx *context.Context, m *Model, batch map[string]*Node) (loss *Node, metrics map[string]*Node)
+
+// TrainerConfig configures the optimizer step.
+type TrainerConfig struct {
+	AdamW       AdamW
+	Schedule    Schedule
+	MaxGradNorm float64 // global-norm clipping threshold; 0 turns clipping off
+}
+
+// StepResult reports one optimizer step.
+type StepResult struct {
+	Step     int                // 0-based index of the step just taken (or skipped)
+	LR       float64            // learning rate used
+	Loss     float64            // sum of the micro-batch losses
+	Metrics  map[string]float64 // each metric summed over micro-batches (extremes: max/min); see combineMetric
+	GradNorm float64            // global gradient norm before clipping
+	Skipped  bool               // the gradient norm was not finite: no update was applied
+}
+
+// Trainer runs optimizer steps on a model: gradients of a loss built in the graph, accumulated
+// over micro-batches, clipped by global norm, applied with AdamW. Graphs are compiled per
+// micro-batch shape; the learning rate is a graph input, so changing it never recompiles.
+type Trainer struct {
+	m         *Model
+	loss      LossFn
+	mu        sync.Mutex
+	cfg       TrainerConfig
+	step      int // schedule index: optimizer steps taken so far, skipped ones included
+	adamSteps int // AdamW's t: steps actually applied
+	keys      []string
+	metrics   []string
+	trainVar  []*context.Variable
+	trainIdx  []int // index in m.params of each trainable variable
+	decay     []bool
+	mVar      []*context.Variable
+	vVar      []*context.Variable
+	accVar    []*context.Variable
+	// accumulate adds a micro-batch's gradients into the accumulators; applyFresh and
+	// applyAccumulated finish a step from the last micro-batch, without and with accumulators.
+	accumulate, applyFresh, applyAccumulated *context.Exec
+}
+
+// optimizerScope is where the trainer keeps its state variables, under the model's scope.
+const optimizerScope = "/stx_optimizer"
+
+// NewTrainer prepares training of m's trainable variables with loss on backend.
+func NewTrainer(backend backends.Backend, m *Model, loss LossFn, cfg TrainerConfig) (*Trainer, error) {
+	if err := cfg.AdamW.Validate(); err != nil {
+		return nil, err
+	}
+	if err := cfg.Schedule.Validate(); err != nil {
+		return nil, err
+	}
+	t := &Trainer{m: m, loss: loss, cfg: cfg}
+	for i, v := range m.Variables() {
+		if !v.Trainable {
+			continue
+		}
+		p := m.params[i]
+		t.trainVar = append(t.trainVar, v)
+		t.trainIdx = append(t.trainIdx, i)
+		t.decay = append(t.decay, !(cfg.AdamW.NoDecayNormsAndBiases && len(p.Shape) == 1))
+		zeros := func(kind string) *context.Variable {
+			scope, name := m.variableScope(p.Name)
+			ctx := m.ctx.InAbsPath(m.scope + optimizerScope + "/" + kind + scope[len(m.scope):]).Checked(false)
+			st := ctx.VariableWithValue(name, tensors.FromShape(v.Shape()))
+			st.SetTrainable(false)
+			return st
+		}
+		t.mVar = append(t.mVar, zeros("m"))
+		t.vVar = append(t.vVar, zeros("v"))
+		t.accVar = append(t.accVar, zeros("grad_accum"))
+	}
+	if len(t.trainVar) == 0 {
+		return nil, fmt.Errorf("trainer: the model has no trainable variables")
+	}
+	var err error
+	if t.accumulate, err = context.NewExec(backend, m.ctx, t.accumulateGraph); err != nil {
+		return nil, fmt.Errorf("trainer: %w", err)
+	}
+	if t.applyFresh, err = context.NewExec(backend, m.ctx, func(ctx *context.Context, in []*Node) []*Node {
+		return t.applyGraph(ctx, in, false)
+	}); err != nil {
+		return nil, fmt.Errorf("trainer: %w", err)
+	}
+	if t.applyAccumulated, err = context.NewExec(backend, m.ctx, func(ctx *context.Context, in []*Node) []*Node {
+		return t.applyGraph(ctx, in, true)
+	}); err != nil {
+		return nil, fmt.Errorf("trainer: %w", err)
+	}
+	return t, nil
+}
+
+// Model returns the trained model.
+func (t *Trainer) Model() *Model { return t.m }
+
+// StepCount returns the number of optimizer steps taken (skipped steps included).
+func (t *Trainer) StepCount() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.step
+}
+
+// SetSchedule replaces the learning-rate schedule (hot reload); it applies from the next step
+// and never recompiles.
+func (t *Trainer) SetSchedule(s Schedule) error {
+	if err := s.Validate(); err != nil {
+		return err
+	}
+	t.mu.Lock()
+	t.cfg.Schedule = s
+	t.mu.Unlock()
+	return nil
+}
+
+// lossAndGrads builds the loss and the gradients of the trainable variables.
+func (t *Trainer) lossAndGrads(ctx *context.Context, batchNodes []*Node) (loss *Node, metrics []*Node, grads []*Node) {
+	batch := make(map[string]*Node, len(t.keys))
+	for i, k := range t.keys {
+		batch[k] = batchNodes[i]
+	}
+	loss, mets := t.loss(ctx, t.m, batch)
+	if loss.Rank() != 0 {
+		panic(fmt.Errorf("trainer: the loss must be a scalar, got shape %s", loss.Shape()))
+	}
+	names := slices.Sorted(maps.Keys(mets))
+	if t.metrics == nil {
+		t.metrics = names
+	} else if !slices.Equal(t.metrics, names) {
+		panic(fmt.Errorf("trainer: the loss builder returned metrics %v, earlier %v", names, t.metrics))
+	}
+	for _, n := range names {
+		if mets[n].Rank() != 0 {
+			panic(fmt.Errorf("trainer: metric %q must be a scalar, got shape %s", n, mets[n].Shape()))
+		}
+		metrics = append(metrics, ConvertDType(mets[n], dtypes.Float64))
+	}
+	g := loss.Graph()
+	params := make([]*Node, len(t.trainVar))
+	for i, v := range t.trainVar {
+		params[i] = v.ValueGraph(g)
+	}
+	return loss, metrics, Gradient(loss, params...)
+}
+
+func (t *Trainer) accumulateGraph(ctx *context.Context, batchNodes []*Node) []*Node {
+	loss, metrics, grads := t.lossAndGrads(ctx, batchNodes)
+	g := loss.Graph()
+	for i, acc := range t.accVar {
+		acc.SetValueGraph(Add(acc.ValueGraph(g), grads[i]))
+	}
+	return append([]*Node{ConvertDType(loss, dtypes.Float64)}, metrics...)
+}
+
+// applyGraph inputs: lr, 1−β1^t, 1−β2^t, then the batch. Outputs: loss, grad norm, metrics.
+func (t *Trainer) applyGraph(ctx *context.Context, in []*Node, withAccumulators bool) []*Node {
+	lr, bc1, bc2 := in[0], in[1], in[2]
+	loss, metrics, grads := t.lossAndGrads(ctx, in[3:])
+	g := loss.Graph()
+	if withAccumulators {
+		for i, acc := range t.accVar {
+			grads[i] = Add(acc.ValueGraph(g), grads[i])
+			acc.SetValueGraph(ZerosLike(grads[i]))
+		}
+	}
+	norm := globalNorm(grads)
+	coef := clipCoefficient(norm, t.cfg.MaxGradNorm)
+	finite := IsFinite(norm)
+	for i, v := range t.trainVar {
+		p := v.ValueGraph(g)
+		grad := Mul(grads[i], coef)
+		mv, vv := t.mVar[i], t.vVar[i]
+		oldM, oldV := mv.ValueGraph(g), vv.ValueGraph(g)
+		newP, newM, newV := t.cfg.AdamW.update(p, grad, oldM, oldV, lr, bc1, bc2, t.decay[i])
+		// A non-finite gradient norm skips the update (ALGORITHMS.md I.3).
+		v.SetValueGraph(Where(finite, newP, p))
+		mv.SetValueGraph(Where(finite, newM, oldM))
+		vv.SetValueGraph(Where(finite, newV, oldV))
+	}
+	out := []*Node{ConvertDType(loss, dtypes.Float64), ConvertDType(norm, dtypes.Float64)}
+	return append(out, metrics...)
+}
+
+// Step takes one optimizer step over the given micro-batches (host tensors keyed by name; every
+// micro-batch must have the same keys, and shapes should come from a small set of buckets).
+func (t *Trainer) Step(microBatches []map[string]*tensors.Tensor) (StepResult, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if len(microBatches) == 0 {
+		return StepResult{}, fmt.Errorf("train step: no micro-batches")
+	}
+	for i, mb := range microBatches {
+		keys := slices.Sorted(maps.Keys(mb))
+		if t.keys == nil {
+			t.keys = keys
+		}
+		if !slices.Equal(keys, t.keys) {
+			return StepResult{}, fmt.Errorf("train step: micro-batch %d has keys %v, the trainer was compiled for %v", i, keys, t.keys)
+		}
+	}
+	res := StepResult{Step: t.step, LR: t.cfg.Schedule.LR(t.step), Metrics: map[string]float64{}}
+	bc1, bc2 := t.cfg.AdamW.biasCorrections(t.adamSteps + 1)
+	args := func(mb map[string]*tensors.Tensor) []any {
+		a := make([]any, 0, len(t.keys))
+		for _, k := range t.keys {
+			a = append(a, mb[k])
+		}
+		return a
+	}
+	seen := false
+	addMetrics := func(vals []*tensors.Tensor) {
+		for i, n := range t.metrics {
+			res.Metrics[n] = combineMetric(n, res.Metrics[n], tensors.ToScalar[float64](vals[i]), !seen)
+		}
+		seen = true
+	}
+	last := len(microBatches) - 1
+	for i, mb := range microBatches[:last] {
+		out, err := t.accumulate.Exec(args(mb)...)
+		if err != nil {
+			t.resetAccumulators()
+			return StepResult{}, fmt.Errorf("train step, micro-batch %d: %w", i, err)
+		}
+		res.Loss += tensors.ToScalar[float64](out[0])
+		addMetrics(out[1:])
+	}
+	exec := t.applyFresh
+	if last > 0 {
+		exec = t.applyAccumulated
+	}
+	in := []any{float32(res.LR), float32(bc1), float32(bc2)}
+	out, err := exec.Exec(append(in, args(microBatches[last])...)...)
+	if err != nil {
+		t.resetAccumulators()
+		return StepResult{}, fmt.Errorf("train step, micro-batch %d: %w", last, err)
+	}
+	res.Loss += tensors.ToScalar[float64](out[0])
+	res.GradNorm = tensors.ToScalar[float64](out[1])
+	addMetrics(out[2:])
+	res.Skipped = math.IsNaN(res.GradNorm) || math.IsInf(res.GradNorm, 0)
+	// PyTorch's step count advances only when the optimizer steps; the schedule index advances
+	// either way, so a skipped step still consumes its place in the schedule.
+	t.step++
+	if !res.Skipped {
+		t.adamSteps++
+	}
+	return res, nil
+}
+
+// resetAccumulators zeroes the gradient accumulators after a failed step.
+func (t *Trainer) resetAccumulators() {
+	for _, acc := range t.accVar {
+		_ = acc.SetValue(tensors.FromShape(acc.Shape()))
+	}
+}
+
+// paramName is the Hugging Face name of the i-th trainable variable.
+func (t *Trainer) paramName(i int) string { return t.m.params[t.trainIdx[i]].Name }

@@ -1,0 +1,204 @@
+package specializations
+
+import (
+	"fmt"
+
+	. "github.com/gomlx/gomlx/pkg/core/graph" //nolint:revive // graph-building code reads better unqualified.
+	"github.com/gomlx/gomlx/pkg/core/tensors"
+
+	"stx.dev/stx/estimators"
+	"stx.dev/stx/runtime"
+	"stx.dev/stx/specializations/loss"
+)
+
+// Batch keys of hot-reloadable actor coefficients.
+const (
+	bKLCoef      = "coef_kl"
+	bEntropyCoef = "coef_entropy"
+)
+
+// Actor is the policy-gradient actor (ALGORITHMS.md C.7): L = L_pg + kl_loss_coef·agg(KL)
+// − entropy_coef·agg(H), with L_pg one of ppo (C.1, clip-higher, optional dual clip), gspo
+// (C.2), cispo (C.3), importance_sampling (C.4), dro (C.5) or pg (C.6); KL to the
+// reference (B: k1/k2/k3) as a loss term (B.4) or folded into the reward (B.5);
+// advantages from the estimators registry (A). The behaviour policy of the ratio is the
+// sampler (sampler_log_probs): one pass over fresh rollouts. Metrics: clipfrac, ppo_kl
+// (approximate KL to the behaviour policy), ratio_mean/max/min (ppo), pg_loss, entropy,
+// kl_loss (with use_kl_loss).
+type Actor struct {
+	lmBase
+	policy string
+	kl     loss.KLConfig
+}
+
+// NewActor builds the actor specialization from the role's knobs.
+func NewActor(cfg RoleConfig) (*Actor, error) {
+	b, err := newLMBase("actor", cfg)
+	if err != nil {
+		return nil, err
+	}
+	a := &Actor{lmBase: b, policy: cfg.Knobs.PolicyLoss,
+		kl: loss.KLConfig{Estimator: loss.KLEstimator(cfg.Knobs.KLEstimator), Grad: loss.GradForm(cfg.Knobs.KLGrad)}}
+	switch a.policy {
+	case "":
+		a.policy = "ppo"
+	case "ppo", "gspo", "cispo", "importance_sampling", "dro", "pg":
+	default:
+		return nil, fmt.Errorf("actor: unknown policy_loss %q", a.policy)
+	}
+	if _, err := loss.KLValue(0, 0, a.kl); err != nil {
+		return nil, fmt.Errorf("actor: %w", err)
+	}
+	return a, nil
+}
+
+// estimatorConfig maps the recipe's knobs to the role's estimator.
+func (a *Actor) estimatorConfig() estimators.Config {
+	k := a.cfg.Knobs
+	c := estimators.Config{Name: k.EstimatorFor(a.cfg.Role.Name), NormByStd: k.NormAdvByStd, Epsilon: k.AdvEpsilon,
+		StdDDOF: k.StdDDOF, Gamma: k.Gamma, Lambda: k.Lambda, Whiten: k.WhitenAdvantages,
+		WhitenEps: estimators.DefaultWhitenEps, UsePrecomputed: k.UsePrecomputedAdvantage}
+	if c.Name == "" {
+		c.Name = "grpo"
+	}
+	return c
+}
+
+// ComputeAdvantages runs the role's estimator over data (section A). With use_kl_in_reward
+// the k1 KL between the sampler and the reference is folded into the reward first (B.5):
+// per token for token-level estimators (GAE), summed over the row's trainable tokens for
+// outcome estimators. It writes data's advantages (and returns) columns and, with the KL
+// penalty, replaces data.Reward or the token_rewards column: pass a copy to keep the
+// original.
+func (a *Actor) ComputeAdvantages(data *estimators.Rollout) ([]string, error) {
+	cfg := a.estimatorConfig()
+	if a.cfg.Knobs.UseKLInReward {
+		est, err := estimators.Get(cfg.Name)
+		if err != nil {
+			return nil, fmt.Errorf("actor: %w", err)
+		}
+		lp, ref := data.Tok[KeySamplerLogProbs], data.Tok[KeyRefLogProbs]
+		if lp == nil || ref == nil {
+			return nil, fmt.Errorf("actor: use_kl_in_reward needs %q and %q", KeySamplerLogProbs, KeyRefLogProbs)
+		}
+		zeros := make([][]float64, data.Len())
+		for b := range zeros {
+			zeros[b] = make([]float64, len(lp[b]))
+		}
+		pen, err := loss.KLPenaltyRewards(zeros, tokToFloat64(lp), tokToFloat64(ref), a.cfg.Knobs.KLCoef, loss.KLConfig{Estimator: loss.KLK1})
+		if err != nil {
+			return nil, fmt.Errorf("actor: %w", err)
+		}
+		if est.Level() == estimators.Token {
+			shaping := make([][]float32, len(pen))
+			for b, row := range pen {
+				shaping[b] = make([]float32, len(row))
+				for t, v := range row {
+					old := float32(0)
+					if tr := data.Tok[estimators.KeyTokenRewards]; tr != nil {
+						old = tr[b][t]
+					}
+					shaping[b][t] = old + float32(v)*data.Mask[b][t]
+				}
+			}
+			data.Tok[estimators.KeyTokenRewards] = shaping
+		} else {
+			rewards := make([]float64, data.Len())
+			for b, row := range pen {
+				rewards[b] = data.Reward[b]
+				for t, v := range row {
+					rewards[b] += v * float64(data.Mask[b][t])
+				}
+			}
+			data.Reward = rewards
+		}
+	}
+	w, err := estimators.RolloutAdvantages(data, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("actor: %w", err)
+	}
+	return w, nil
+}
+
+// PrepareBatch reads tokens, loss_mask, rewards (through the estimator, unless the rollout
+// already holds advantages), sampler_log_probs, ref_log_probs (KL) and values (GAE).
+func (a *Actor) PrepareBatch(data *estimators.Rollout, opts BatchOptions) ([]map[string]*tensors.Tensor, error) {
+	if !a.cfg.Role.Trainable {
+		return a.forwardBatches(data, opts, 1)
+	}
+	if err := a.requires(data); err != nil {
+		return nil, err
+	}
+	if _, ok := data.Tok[estimators.KeyAdvantages]; !ok {
+		data = shallowCopy(data)
+		if _, err := a.ComputeAdvantages(data); err != nil {
+			return nil, err
+		}
+	}
+	k := a.cfg.Knobs
+	mbs, err := a.lmBatches(data, opts, 1, func(mb map[string]*tensors.Tensor, rows []int) error {
+		T := mb[bTokens].Shape().Dimensions[1]
+		mb[KeySamplerLogProbs] = shiftedTok(data.Tok[KeySamplerLogProbs], rows, T)
+		mb[estimators.KeyAdvantages] = shiftedTok(data.Tok[estimators.KeyAdvantages], rows, T)
+		if k.UseKLLoss {
+			mb[KeyRefLogProbs] = shiftedTok(data.Tok[KeyRefLogProbs], rows, T)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	setScalar(mbs, bEntropyCoef, k.EntropyCoef)
+	if k.UseKLLoss {
+		setScalar(mbs, bKLCoef, k.KLLossCoef)
+	}
+	return mbs, nil
+}
+
+// ComputeLoss is section C.7's actor objective.
+func (a *Actor) ComputeLoss(out Output, batch Batch, r loss.Reducer) (*Node, map[string]*Node, error) {
+	k := a.cfg.Knobs
+	lp, mask := out[KeyLogProbs], batch[bLossMask]
+	pb := loss.PolicyBatch{LogProbs: lp, OldLogProbs: batch[KeySamplerLogProbs], SamplerLogProbs: batch[KeySamplerLogProbs],
+		Advantages: batch[estimators.KeyAdvantages], Mask: mask}
+	var pg loss.Result
+	var err error
+	switch a.policy {
+	case "ppo":
+		cfg := loss.PPOConfig{EpsLow: k.ClipRatioLow, EpsHigh: k.ClipRatioHigh}
+		if k.DualClipC != nil {
+			cfg.DualClipC = *k.DualClipC
+		}
+		pg, err = loss.PPO(pb, cfg, r)
+	case "gspo":
+		pg, err = loss.GSPO(pb, loss.GSPOConfig{EpsLow: k.ClipRatioLow, EpsHigh: k.ClipRatioHigh, SeqLogRatioMax: k.GSPOSeqLogRatioMax}, r)
+	case "cispo":
+		pg, err = loss.CISPO(pb, loss.CISPOConfig{ClipLow: k.CISPOClipLow, ClipHigh: k.CISPOClipHigh}, r)
+	case "importance_sampling":
+		pg, err = loss.ImportanceSampling(pb, 0, r)
+	case "dro":
+		pg, err = loss.DRO(pb, k.DROBeta, r)
+	case "pg":
+		pg, err = loss.PolicyGradient(pb, r)
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	// The entropy's gradient is scaled by its coefficient, a batch input: 0 gives none.
+	terms := loss.ActorTerms{Entropy: loss.Entropy(out[KeyLogits]), EntropyCoef: batch[bEntropyCoef]}
+	if k.UseKLLoss {
+		kl, err := loss.KL(lp, batch[KeyRefLogProbs], a.kl)
+		if err != nil {
+			return nil, nil, err
+		}
+		terms.KL, terms.KLCoef = kl, batch[bKLCoef]
+	}
+	res, err := loss.ActorLoss(pg, terms, mask, r)
+	if err != nil {
+		return nil, nil, err
+	}
+	return res.Loss, res.Metrics, nil
+}
+
+// Loss is the runtime.LossFn of the role.
+func (a *Actor) Loss() runtime.LossFn { return lossFn(a) }

@@ -1,0 +1,94 @@
+package specializations
+
+import (
+	"fmt"
+
+	. "github.com/gomlx/gomlx/pkg/core/graph" //nolint:revive // graph-building code reads better unqualified.
+	"github.com/gomlx/gomlx/pkg/core/tensors"
+	"github.com/gomlx/gomlx/pkg/ml/context"
+
+	"stx.dev/stx/estimators"
+	"stx.dev/stx/runtime"
+	"stx.dev/stx/specializations/loss"
+)
+
+// Critic is the PPO value model: the clipped value loss ½·agg(max((v − R)², (v_c − R)²))
+// on GAE returns (ALGORITHMS.md D, A.7). Its model needs a value head
+// (runtime.Model.AddValueHead); the value at position t is V of the state before token
+// t+1, so the values it produces line up with the actor's advantages. v_old are the
+// rollout-time values (the rollout's values column, which this role produced).
+// Metrics: vf_loss, vf_clipfrac.
+type Critic struct{ lmBase }
+
+// NewCritic builds the critic specialization.
+func NewCritic(cfg RoleConfig) (*Critic, error) {
+	b, err := newLMBase("critic", cfg)
+	return &Critic{b}, err
+}
+
+// PrepareBatch reads tokens, loss_mask, rewards and values; returns come from GAE
+// (γ, λ of the knobs) unless the rollout already holds them.
+func (c *Critic) PrepareBatch(data *estimators.Rollout, opts BatchOptions) ([]map[string]*tensors.Tensor, error) {
+	if !c.cfg.Role.Trainable {
+		return c.forwardBatches(data, opts, 1)
+	}
+	if err := c.requires(data); err != nil {
+		return nil, err
+	}
+	if _, ok := data.Tok[estimators.KeyReturns]; !ok {
+		data = shallowCopy(data)
+		k := c.cfg.Knobs
+		cfg := estimators.Config{Name: "gae", Gamma: k.Gamma, Lambda: k.Lambda, Epsilon: estimators.DefaultEpsilon,
+			WhitenEps: estimators.DefaultWhitenEps}
+		if _, err := estimators.RolloutAdvantages(data, cfg); err != nil {
+			return nil, fmt.Errorf("critic returns: %w", err)
+		}
+	}
+	return c.lmBatches(data, opts, 1, func(mb map[string]*tensors.Tensor, rows []int) error {
+		T := mb[bTokens].Shape().Dimensions[1]
+		mb[KeyValues] = shiftedTok(data.Tok[KeyValues], rows, T)
+		mb[estimators.KeyReturns] = shiftedTok(data.Tok[estimators.KeyReturns], rows, T)
+		return nil
+	})
+}
+
+// values is the value head over the decoder's hidden states, [R,T].
+func values(ctx *context.Context, m *runtime.Model, batch Batch) (*Node, error) {
+	if !m.Config.HasValueHead {
+		return nil, fmt.Errorf("the model has no value head (runtime.Model.AddValueHead)")
+	}
+	return m.ValueHead(ctx, m.Forward(ctx, batch[bTokens])), nil
+}
+
+// ExtractModelOutput is the value of every position.
+func (c *Critic) ExtractModelOutput(ctx *context.Context, m *runtime.Model, batch Batch) (Output, error) {
+	v, err := values(ctx, m, batch)
+	if err != nil {
+		return nil, fmt.Errorf("critic: %w", err)
+	}
+	return Output{KeyValues: v}, nil
+}
+
+// ComputeLoss is section D's clipped value loss (ε_v = cliprange_value).
+func (c *Critic) ComputeLoss(out Output, batch Batch, r loss.Reducer) (*Node, map[string]*Node, error) {
+	res, err := loss.ValueLoss(out[KeyValues], batch[KeyValues], batch[estimators.KeyReturns], batch[bLossMask],
+		loss.ValueConfig{ClipRange: c.cfg.Knobs.ClipRangeValue}, r)
+	if err != nil {
+		return nil, nil, err
+	}
+	return res.Loss, res.Metrics, nil
+}
+
+// Loss is the runtime.LossFn of the role.
+func (c *Critic) Loss() runtime.LossFn { return lossFn(c) }
+
+// Produce is the forward-only values.
+func (c *Critic) Produce() runtime.OutputFn {
+	return func(ctx *context.Context, m *runtime.Model, batch map[string]*Node) map[string]*Node {
+		v, err := values(ctx, m, batch)
+		if err != nil {
+			panic(fmt.Errorf("critic: %w", err))
+		}
+		return map[string]*Node{KeyValues: v}
+	}
+}

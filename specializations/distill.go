@@ -1,0 +1,347 @@
+package specializations
+
+import (
+	"fmt"
+
+	"github.com/gomlx/gomlx/pkg/core/dtypes"
+	. "github.com/gomlx/gomlx/pkg/core/graph" //nolint:revive // graph-building code reads better unqualified.
+	"github.com/gomlx/gomlx/pkg/core/tensors"
+	"github.com/gomlx/gomlx/pkg/ml/context"
+
+	"stx.dev/stx/estimators"
+	"stx.dev/stx/runtime"
+	"stx.dev/stx/specializations/loss"
+)
+
+// OPD is on-policy distillation: the teacher−student log-prob gaps become precomputed
+// per-token advantages A = Σ_j γ^{j−t}·κ(lt_j − ls_j) (ALGORITHMS.md F.2), trained with
+// the importance_sampling loss (C.4) against the sampler's log-probs and reduced with
+// loss_agg_mode (tinker uses sum). Metric: teacher_kl (Σ mask·(ls − lt) / N).
+type OPD struct{ lmBase }
+
+// NewOPD builds the opd specialization.
+func NewOPD(cfg RoleConfig) (*OPD, error) {
+	b, err := newLMBase("opd", cfg)
+	return &OPD{b}, err
+}
+
+// Batch keys of the distillation specializations.
+const (
+	bTeacherMask   = "teacher_mask"   // F.6: trainable tokens of teacher-executed rows
+	bStudentMask   = "student_mask"   // F.6: trainable tokens of student-executed rows
+	bTeacherTokens = "den_teacher"    // F.6: Σ m^𝒯 of the mini-batch
+	bStudentTokens = "den_student"    // F.6: Σ m^𝒮 of the mini-batch
+	bBeta          = "beta"           // F.6: β of this rollout
+	bCosts         = "costs"          // F.5: cost-to-go of each candidate row
+	bTeacherIDs    = "teacher_labels" // F.4: the teacher's token at each target position
+)
+
+// PrepareBatch reads tokens, loss_mask, sampler_log_probs and teacher_log_probs.
+func (s *OPD) PrepareBatch(data *estimators.Rollout, opts BatchOptions) ([]map[string]*tensors.Tensor, error) {
+	if !s.cfg.Role.Trainable {
+		return s.forwardBatches(data, opts, 1)
+	}
+	if err := s.requires(data); err != nil {
+		return nil, err
+	}
+	k := s.cfg.Knobs
+	adv, err := loss.OPDAdvantages(tokToFloat64(data.Tok[KeyTeacherLogProbs]), tokToFloat64(data.Tok[KeySamplerLogProbs]),
+		tokToFloat64(data.Mask), nil, loss.OPDConfig{KLCoef: k.KLPenaltyCoef, Discount: k.KLDiscountFactor})
+	if err != nil {
+		return nil, fmt.Errorf("opd: %w", err)
+	}
+	adv32 := make([][]float32, len(adv))
+	for b, row := range adv {
+		adv32[b] = make([]float32, len(row))
+		for t, v := range row {
+			adv32[b][t] = float32(v)
+		}
+	}
+	return s.lmBatches(data, opts, 1, func(mb map[string]*tensors.Tensor, rows []int) error {
+		T := mb[bTokens].Shape().Dimensions[1]
+		mb[KeySamplerLogProbs] = shiftedTok(data.Tok[KeySamplerLogProbs], rows, T)
+		mb[KeyTeacherLogProbs] = shiftedTok(data.Tok[KeyTeacherLogProbs], rows, T)
+		mb[estimators.KeyAdvantages] = shiftedTok(adv32, rows, T)
+		return nil
+	})
+}
+
+// ComputeLoss is importance_sampling on the OPD advantages.
+func (s *OPD) ComputeLoss(out Output, batch Batch, r loss.Reducer) (*Node, map[string]*Node, error) {
+	mask := batch[bLossMask]
+	res, err := loss.ImportanceSampling(loss.PolicyBatch{LogProbs: out[KeyLogProbs], SamplerLogProbs: batch[KeySamplerLogProbs],
+		Advantages: batch[estimators.KeyAdvantages], Mask: mask}, 0, r)
+	if err != nil {
+		return nil, nil, err
+	}
+	gap := Mul(Sub(batch[KeySamplerLogProbs], batch[KeyTeacherLogProbs]), mask)
+	n := tokenCount(batch)
+	res.Metrics["teacher_kl"] = Div(ReduceAllSum(gap), Max(n, OnesLike(n)))
+	return res.Loss, res.Metrics, nil
+}
+
+// tokenCount is the mini-batch's N from the batch (or the micro-batch's own).
+func tokenCount(batch Batch) *Node {
+	if n := batch[bDenTokens]; n != nil {
+		return n
+	}
+	return ReduceAllSum(batch[bLossMask])
+}
+
+// Loss is the runtime.LossFn of the role.
+func (s *OPD) Loss() runtime.LossFn { return lossFn(s) }
+
+// GKD is generalized knowledge distillation: the generalized JSD between the student's and
+// the teacher's full next-token distributions at every trainable position (ALGORITHMS.md
+// F.3; β = gkd_beta, τ = gkd_temperature), reduced with loss_agg_mode (token-mean is the
+// spec's "batchmean"). The teacher's logits arrive as a wide per-token column
+// (teacher_logits/0 … teacher_logits/V−1, see SetTokenVectors). Mixing on-policy and
+// dataset batches (gkd_lambda) is the rollout side's concern.
+type GKD struct{ lmBase }
+
+// NewGKD builds the gkd specialization.
+func NewGKD(cfg RoleConfig) (*GKD, error) {
+	b, err := newLMBase("gkd", cfg)
+	return &GKD{b}, err
+}
+
+// PrepareBatch reads tokens, loss_mask and teacher_logits.
+func (s *GKD) PrepareBatch(data *estimators.Rollout, opts BatchOptions) ([]map[string]*tensors.Tensor, error) {
+	if !s.cfg.Role.Trainable {
+		return s.forwardBatches(data, opts, 1)
+	}
+	if err := s.requires(data); err != nil {
+		return nil, err
+	}
+	return s.lmBatches(data, opts, 1, func(mb map[string]*tensors.Tensor, rows []int) error {
+		mb[KeyTeacherLogits] = shiftedWide(data, KeyTeacherLogits, rows, mb[bTokens].Shape().Dimensions[1])
+		return nil
+	})
+}
+
+// ComputeLoss is section F.3's generalized JSD.
+func (s *GKD) ComputeLoss(out Output, batch Batch, r loss.Reducer) (*Node, map[string]*Node, error) {
+	logits, teacher := out[KeyLogits], batch[KeyTeacherLogits]
+	if !logits.Shape().Equal(teacher.Shape()) {
+		return nil, nil, fmt.Errorf("gkd: student logits %s and teacher logits %s differ (same vocabulary needed)",
+			logits.Shape(), teacher.Shape())
+	}
+	res, err := loss.GeneralizedJSD(logits, teacher, batch[bLossMask],
+		loss.GKDConfig{Beta: s.cfg.Knobs.GKDBeta, Temperature: s.cfg.Knobs.GKDTemperature}, r)
+	if err != nil {
+		return nil, nil, err
+	}
+	return res.Loss, map[string]*Node{"jsd": res.Loss}, nil
+}
+
+// Loss is the runtime.LossFn of the role.
+func (s *GKD) Loss() runtime.LossFn { return lossFn(s) }
+
+// Produce is the forward-only log_probs and full logits (a GKD teacher's role).
+func (s *GKD) Produce() runtime.OutputFn {
+	return func(ctx *context.Context, m *runtime.Model, batch map[string]*Node) map[string]*Node {
+		logits, lp := forward(ctx, m, batch)
+		return map[string]*Node{KeyLogProbs: lp, KeyLogits: logits}
+	}
+}
+
+// DAgger trains the student by cross-entropy on the teacher's labels at the states the
+// student visited (ALGORITHMS.md F.4, F.1): teacher_actions[t] is the teacher's token for
+// slot t of the student's sequence (token ids stored as floats), ℓ = −log π(a*_t | s_t),
+// reduced with loss_agg_mode. As a teacher role it produces its greedy actions. Metric: nll.
+type DAgger struct{ lmBase }
+
+// NewDAgger builds the dagger specialization.
+func NewDAgger(cfg RoleConfig) (*DAgger, error) {
+	b, err := newLMBase("dagger", cfg)
+	return &DAgger{b}, err
+}
+
+// PrepareBatch reads tokens, loss_mask and teacher_actions.
+func (s *DAgger) PrepareBatch(data *estimators.Rollout, opts BatchOptions) ([]map[string]*tensors.Tensor, error) {
+	if !s.cfg.Role.Trainable {
+		return s.forwardBatches(data, opts, 1)
+	}
+	if err := s.requires(data); err != nil {
+		return nil, err
+	}
+	return s.lmBatches(data, opts, 1, func(mb map[string]*tensors.Tensor, rows []int) error {
+		mb[bTeacherIDs] = shiftedIDs(data.Tok[KeyTeacherActions], rows, mb[bTokens].Shape().Dimensions[1], opts.Pad)
+		return nil
+	})
+}
+
+// ExtractModelOutput is the log-probs of the teacher's labels.
+func (s *DAgger) ExtractModelOutput(ctx *context.Context, m *runtime.Model, batch Batch) (Output, error) {
+	logits := m.Logits(ctx, m.Forward(ctx, batch[bTokens]))
+	return Output{KeyLogProbs: runtime.LogProbs(logits, batch[bTeacherIDs])}, nil
+}
+
+// ComputeLoss is the cross-entropy of F.1 on the teacher's labels.
+func (s *DAgger) ComputeLoss(out Output, batch Batch, r loss.Reducer) (*Node, map[string]*Node, error) {
+	res, err := loss.SFT(out[KeyLogProbs], batch[bLossMask], r)
+	if err != nil {
+		return nil, nil, err
+	}
+	return res.Loss, res.Metrics, nil
+}
+
+// Loss is the runtime.LossFn of the role.
+func (s *DAgger) Loss() runtime.LossFn { return lossFn(s) }
+
+// Produce is the forward-only log_probs and greedy actions (token ids as floats).
+func (s *DAgger) Produce() runtime.OutputFn {
+	return func(ctx *context.Context, m *runtime.Model, batch map[string]*Node) map[string]*Node {
+		logits, lp := forward(ctx, m, batch)
+		return map[string]*Node{KeyLogProbs: lp, KeyActions: ConvertDType(ArgMax(logits, -1), dtypes.Float32)}
+	}
+}
+
+// AggreVaTe is cost-to-go weighted imitation (ALGORITHMS.md F.5): a state is
+// aggrevate_candidates consecutive rows (the same prefix, each followed by one candidate
+// action, mask 1 on the action's tokens); the row's reward is the expert's reward-to-go
+// G_k, so the cost is Q* = −G_k; L = −Σ_k (mean_k Q* − Q*_k)·log π(a_k|s), aggregated over
+// states with loss_agg_mode.
+type AggreVaTe struct{ lmBase }
+
+// NewAggreVaTe builds the aggrevate specialization.
+func NewAggreVaTe(cfg RoleConfig) (*AggreVaTe, error) {
+	b, err := newLMBase("aggrevate", cfg)
+	if err == nil && cfg.Knobs.AggrevateCandidates < 1 {
+		err = fmt.Errorf("aggrevate: aggrevate_candidates must be >= 1, got %d", cfg.Knobs.AggrevateCandidates)
+	}
+	return &AggreVaTe{b}, err
+}
+
+// PrepareBatch reads tokens, loss_mask and rewards.
+func (s *AggreVaTe) PrepareBatch(data *estimators.Rollout, opts BatchOptions) ([]map[string]*tensors.Tensor, error) {
+	if !s.cfg.Role.Trainable {
+		return s.forwardBatches(data, opts, 1)
+	}
+	if err := s.requires(data); err != nil {
+		return nil, err
+	}
+	K := s.cfg.Knobs.AggrevateCandidates
+	if data.GroupID != nil {
+		for i := 0; i+K <= data.Len(); i += K {
+			for j := i + 1; j < i+K; j++ {
+				if data.GroupID[j] != data.GroupID[i] {
+					return nil, fmt.Errorf("aggrevate: rows %d and %d of one state have groups %q and %q", i, j, data.GroupID[i], data.GroupID[j])
+				}
+			}
+		}
+	}
+	costs := make([]float64, data.Len()) // Q* = −reward-to-go
+	for i, r := range data.Reward {
+		costs[i] = -r
+	}
+	mbs, err := s.lmBatches(data, opts, K, func(mb map[string]*tensors.Tensor, rows []int) error {
+		mb[bCosts] = rowValues(costs, rows)
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	// The reducer's rows are states: count over each state's K candidate masks together.
+	rows := shiftedMasks(data.Mask, span(0, data.Len()))
+	states := make([][]float32, 0, len(rows)/K)
+	for i := 0; i < len(rows); i += K {
+		var st []float32
+		for _, r := range rows[i : i+K] {
+			st = append(st, r...)
+		}
+		states = append(states, st)
+	}
+	denominators(mbs, loss.CountMask(states))
+	return mbs, nil
+}
+
+// ComputeLoss is section F.5's surrogate.
+func (s *AggreVaTe) ComputeLoss(out Output, batch Batch, r loss.Reducer) (*Node, map[string]*Node, error) {
+	K := s.cfg.Knobs.AggrevateCandidates
+	lp := out[KeyLogProbs]
+	d := lp.Shape().Dimensions
+	S, T := d[0]/K, d[1]
+	costs := Reshape(ConvertDType(batch[bCosts], lp.DType()), S, K)
+	res, err := loss.AggreVaTe(Reshape(lp, S, K, T), Reshape(batch[bLossMask], S, K, T), costs, r)
+	if err != nil {
+		return nil, nil, err
+	}
+	return res.Loss, map[string]*Node{"mean_abs_weight": ReduceAllMean(Abs(res.Aux["weights"]))}, nil
+}
+
+// Loss is the runtime.LossFn of the role.
+func (s *AggreVaTe) Loss() runtime.LossFn { return lossFn(s) }
+
+// MixedDaggerOPD is the β-blend of cross-entropy on teacher-executed tokens and K3
+// reverse KL on student-executed tokens (ALGORITHMS.md F.6): L = β·CE + (1−β)·K3 with β
+// following the linear schedule from beta_start to beta_end over beta_decay_rollouts
+// (β = 1 pure CE, β = 0 pure K3), and k3_grad choosing the K3 gradient. executed_by is a
+// per-row flag: 1 when the teacher executed the row. Metrics: ce, k3, beta.
+type MixedDaggerOPD struct{ lmBase }
+
+// NewMixedDaggerOPD builds the mixed_loss_dagger_opd specialization.
+func NewMixedDaggerOPD(cfg RoleConfig) (*MixedDaggerOPD, error) {
+	b, err := newLMBase("mixed_loss_dagger_opd", cfg)
+	return &MixedDaggerOPD{b}, err
+}
+
+// PrepareBatch reads tokens, loss_mask, executed_by and teacher_log_probs; β is that of
+// opts.Rollout.
+func (s *MixedDaggerOPD) PrepareBatch(data *estimators.Rollout, opts BatchOptions) ([]map[string]*tensors.Tensor, error) {
+	if !s.cfg.Role.Trainable {
+		return s.forwardBatches(data, opts, 1)
+	}
+	if err := s.requires(data); err != nil {
+		return nil, err
+	}
+	k := s.cfg.Knobs
+	beta, err := loss.BetaAt(loss.BetaSchedule{Start: k.BetaStart, End: k.BetaEnd, DecayRollouts: k.BetaDecayRollouts}, opts.Rollout)
+	if err != nil {
+		return nil, fmt.Errorf("mixed_loss_dagger_opd: %w", err)
+	}
+	exec := data.Row[KeyExecutedBy]
+	split := func(teacher bool) [][]float32 {
+		out := make([][]float32, data.Len())
+		for b, m := range data.Mask {
+			out[b] = make([]float32, len(m))
+			if (exec[b] == 1) == teacher {
+				copy(out[b], m)
+			}
+		}
+		return out
+	}
+	tm, sm := split(true), split(false)
+	mbs, err := s.lmBatches(data, opts, 1, func(mb map[string]*tensors.Tensor, rows []int) error {
+		T := mb[bTokens].Shape().Dimensions[1]
+		mb[bTeacherMask] = shiftedTok(tm, rows, T)
+		mb[bStudentMask] = shiftedTok(sm, rows, T)
+		mb[KeyTeacherLogProbs] = shiftedTok(data.Tok[KeyTeacherLogProbs], rows, T)
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	all := span(0, data.Len())
+	setScalar(mbs, bTeacherTokens, float64(loss.CountMask(shiftedMasks(tm, all)).Tokens))
+	setScalar(mbs, bStudentTokens, float64(loss.CountMask(shiftedMasks(sm, all)).Tokens))
+	setScalar(mbs, bBeta, beta)
+	return mbs, nil
+}
+
+// ComputeLoss is section F.6's blend.
+func (s *MixedDaggerOPD) ComputeLoss(out Output, batch Batch, _ loss.Reducer) (*Node, map[string]*Node, error) {
+	lp := out[KeyLogProbs]
+	res, err := loss.MixedCEK3(loss.MixedBatch{
+		StudentOnTeacher: lp, TeacherMask: batch[bTeacherMask],
+		StudentOnStudent: lp, TeacherOnStudent: batch[KeyTeacherLogProbs], StudentMask: batch[bStudentMask],
+		TeacherTokens: batch[bTeacherTokens], StudentTokens: batch[bStudentTokens],
+	}, batch[bBeta], loss.MixedCEK3Config{K3Grad: loss.GradForm(s.cfg.Knobs.K3Grad)})
+	if err != nil {
+		return nil, nil, err
+	}
+	return res.Loss, res.Metrics, nil
+}
+
+// Loss is the runtime.LossFn of the role.
+func (s *MixedDaggerOPD) Loss() runtime.LossFn { return lossFn(s) }

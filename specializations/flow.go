@@ -1,0 +1,389 @@
+package specializations
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+
+	. "github.com/gomlx/gomlx/pkg/core/graph" //nolint:revive // graph-building code reads better unqualified.
+	"github.com/gomlx/gomlx/pkg/core/tensors"
+	"github.com/gomlx/gomlx/pkg/ml/context"
+
+	"stx.dev/stx/estimators"
+	"stx.dev/stx/runtime"
+	"stx.dev/stx/specializations/loss"
+	"stx.dev/stx/specializations/velocity"
+)
+
+// Flow data lives in wide per-row columns (see SetRowVectors): samples/i holds component i
+// of a data point x_0; trajectories/i holds one SDE transition per row laid out as
+// [x (D), x_next (D), σ, σ_next]. A flow rollout's Tokens are empty rows: Tokens only
+// defines the number of rows.
+
+// Batch keys of the flow specializations.
+const (
+	bX         = "x"          // [N,D] data x_0 (flow) or state x (flow_actor)
+	bNoise     = "noise"      // [N,D] ε
+	bSigma     = "sigma"      // [N] σ
+	bXNext     = "x_next"     // [N,D]
+	bSigmaNext = "sigma_next" // [N]
+	bOldLogp   = "old_logp"   // [N] sampler's step log-probs
+	bAdv       = "advantages" // [N]
+)
+
+// flowBase is what both flow specializations share.
+type flowBase struct {
+	contract Contract
+	cfg      RoleConfig
+}
+
+func newFlowBase(name string, cfg RoleConfig) (flowBase, error) {
+	c, err := Get(name)
+	return flowBase{contract: c, cfg: cfg}, err
+}
+
+func (b flowBase) Contract() Contract { return b.contract }
+
+// Reducer is unused by the flow losses (they average over samples with the batch's
+// count) but part of the contract.
+func (b flowBase) Reducer(Batch) loss.Reducer { return loss.Reducer{Mode: loss.AggTokenMean} }
+
+// rowVectors reads the wide per-row column key for rows as a flat [len(rows)·D] slice.
+func rowVectors(data *estimators.Rollout, key string, rows []int, from, dim int) []float32 {
+	out := make([]float32, len(rows)*dim)
+	for c := range dim {
+		col := data.Row[WideName(key, from+c)]
+		for i, r := range rows {
+			out[i*dim+c] = float32(col[r])
+		}
+	}
+	return out
+}
+
+// FlowMatching trains a velocity model by rectified flow (ALGORITHMS.md H):
+// x_σ = (1 − σ)x_0 + σε, u = ε − x_0, L = mean_samples mean_dims (v_θ(x_σ, σ) − u)², with
+// σ ~ U(0,1) or logit-normal (flow_sigma_sampling) and ε ~ N(0, I) drawn on the host from
+// opts.Seed and opts.Rollout.
+type FlowMatching struct{ flowBase }
+
+// NewFlowMatching builds the flow specialization.
+func NewFlowMatching(cfg RoleConfig) (*FlowMatching, error) {
+	b, err := newFlowBase("flow", cfg)
+	if err == nil {
+		switch cfg.Knobs.FlowSigmaSampling {
+		case "", "uniform", "logit_normal":
+		default:
+			err = fmt.Errorf("flow: unknown flow_sigma_sampling %q", cfg.Knobs.FlowSigmaSampling)
+		}
+	}
+	return &FlowMatching{b}, err
+}
+
+// PrepareBatch reads samples.
+func (s *FlowMatching) PrepareBatch(data *estimators.Rollout, opts BatchOptions) ([]map[string]*tensors.Tensor, error) {
+	if err := requireKeys(s.contract.Name, data, s.contract.Requires(s.cfg)); err != nil {
+		return nil, err
+	}
+	D, n := wideDim(data.Row, KeySamples), data.Len()
+	rng := rand.New(rand.NewPCG(opts.Seed, uint64(opts.Rollout)))
+	noise := make([]float32, n*D)
+	sigma := make([]float64, n)
+	for i := range n {
+		for c := range D {
+			noise[i*D+c] = float32(rng.NormFloat64())
+		}
+		if s.cfg.Knobs.FlowSigmaSampling == "logit_normal" {
+			sigma[i] = 1 / (1 + math.Exp(-rng.NormFloat64()))
+		} else {
+			sigma[i] = rng.Float64()
+		}
+	}
+	var mbs []map[string]*tensors.Tensor
+	for _, c := range chunks(n, opts.MicroBatchSize) {
+		rows := span(c[0], c[1])
+		mbs = append(mbs, map[string]*tensors.Tensor{
+			bX:     tensors.FromFlatDataAndDimensions(rowVectors(data, KeySamples, rows, 0, D), len(rows), D),
+			bNoise: tensors.FromFlatDataAndDimensions(noise[c[0]*D:c[1]*D], len(rows), D),
+			bSigma: rowValues(sigma, rows),
+		})
+	}
+	setScalar(mbs, bCount, float64(n))
+	return mbs, nil
+}
+
+// ExtractModelOutput is the predicted velocity at x_σ and the target u.
+func (s *FlowMatching) ExtractModelOutput(ctx *context.Context, m *velocity.Model, batch Batch) (Output, error) {
+	xs, u, err := loss.FlowInterpolate(batch[bX], batch[bNoise], batch[bSigma])
+	if err != nil {
+		return nil, err
+	}
+	return Output{KeyVelocity: m.Forward(ctx, xs, batch[bSigma]), "target": u}, nil
+}
+
+// ComputeLoss is the rectified-flow velocity loss.
+func (s *FlowMatching) ComputeLoss(out Output, batch Batch, _ loss.Reducer) (*Node, map[string]*Node, error) {
+	res, err := loss.RectifiedFlowLoss(out[KeyVelocity], out["target"], batch[bCount])
+	if err != nil {
+		return nil, nil, err
+	}
+	return res.Loss, map[string]*Node{}, nil
+}
+
+// Loss is the velocity.LossFn of the role.
+func (s *FlowMatching) Loss() velocity.LossFn { return flowLossFn(s) }
+
+// Produce is the forward-only velocity at the batch's x_σ.
+func (s *FlowMatching) Produce() velocity.OutputFn {
+	return func(ctx *context.Context, m *velocity.Model, batch map[string]*Node) map[string]*Node {
+		out, err := s.ExtractModelOutput(ctx, m, batch)
+		if err != nil {
+			panic(err)
+		}
+		return map[string]*Node{KeyVelocity: out[KeyVelocity]}
+	}
+}
+
+func flowLossFn(s Flow) velocity.LossFn {
+	return func(ctx *context.Context, m *velocity.Model, batch map[string]*Node) (*Node, map[string]*Node) {
+		out, err := s.ExtractModelOutput(ctx, m, batch)
+		if err != nil {
+			panic(fmt.Errorf("%s: model output: %w", s.Contract().Name, err))
+		}
+		l, metrics, err := s.ComputeLoss(out, batch, s.Reducer(batch))
+		if err != nil {
+			panic(fmt.Errorf("%s: loss: %w", s.Contract().Name, err))
+		}
+		return l, metrics
+	}
+}
+
+// FlowActor is Flow-GRPO (ALGORITHMS.md H): every SDE step of the sampler is a Gaussian
+// policy step with log p(x_next | x) from the velocity model (noise level a =
+// flow_noise_level, σ_max = 1 − 1/flow_steps for σ = 1), trained with PPO (C.1, ε =
+// flow_clip_eps) on group-normalised rewards (r − mean)/(std + 1e-4) clipped to [−5, 5],
+// one advantage per trajectory for all its steps. A row is one transition (see
+// trajectories); its sampler_log_probs is a per-row column. Metrics: clipfrac, ppo_kl,
+// ratio_mean/max/min.
+type FlowActor struct{ flowBase }
+
+// NewFlowActor builds the flow_actor specialization.
+func NewFlowActor(cfg RoleConfig) (*FlowActor, error) {
+	b, err := newFlowBase("flow_actor", cfg)
+	if err == nil && cfg.Knobs.FlowSteps < 2 {
+		err = fmt.Errorf("flow_actor: flow_steps must be >= 2, got %d", cfg.Knobs.FlowSteps)
+	}
+	return &FlowActor{b}, err
+}
+
+// ComputeAdvantages sets Row["advantages"]: Flow-GRPO's group-normalised, clipped rewards
+// (groups by GroupID, trajectories by Traj; population std as flow_grpo's numpy).
+func (s *FlowActor) ComputeAdvantages(data *estimators.Rollout) ([]string, error) {
+	if data.Reward == nil {
+		return nil, fmt.Errorf("flow_actor: the rollout has no %q column", KeyRewards)
+	}
+	n := data.Len()
+	group := func(i int) string {
+		if data.GroupID == nil {
+			return ""
+		}
+		return data.GroupID[i]
+	}
+	traj := func(i int) int {
+		if data.Traj == nil {
+			return i
+		}
+		return data.Traj[i]
+	}
+	// One reward per trajectory (its first row), grouped.
+	type stat struct{ sum, sq, n float64 }
+	stats := map[string]*stat{}
+	seen := map[int]bool{}
+	for i := range n {
+		if seen[traj(i)] {
+			continue
+		}
+		seen[traj(i)] = true
+		st := stats[group(i)]
+		if st == nil {
+			st = &stat{}
+			stats[group(i)] = st
+		}
+		st.sum += data.Reward[i]
+		st.sq += data.Reward[i] * data.Reward[i]
+		st.n++
+	}
+	adv := make([]float64, n)
+	for i := range n {
+		st := stats[group(i)]
+		mean := st.sum / st.n
+		std := math.Sqrt(math.Max(st.sq/st.n-mean*mean, 0))
+		adv[i] = math.Max(-5, math.Min(5, (data.Reward[i]-mean)/(std+1e-4)))
+	}
+	return nil, data.SetRow(estimators.KeyAdvantages, adv)
+}
+
+// PrepareBatch reads trajectories, rewards (through ComputeAdvantages, unless the rollout
+// already holds advantages) and sampler_log_probs.
+func (s *FlowActor) PrepareBatch(data *estimators.Rollout, opts BatchOptions) ([]map[string]*tensors.Tensor, error) {
+	if err := requireKeys(s.contract.Name, data, s.contract.Requires(s.cfg)); err != nil {
+		return nil, err
+	}
+	return s.batches(data, opts, s.cfg.Role.Trainable)
+}
+
+// batches cuts the transitions into micro-batches; trainable adds the PPO inputs.
+func (s *FlowActor) batches(data *estimators.Rollout, opts BatchOptions, trainable bool) ([]map[string]*tensors.Tensor, error) {
+	W := wideDim(data.Row, KeyTrajectories)
+	if W < 4 || W%2 != 0 {
+		return nil, fmt.Errorf("flow_actor: trajectories have %d components, want 2·D + 2", W)
+	}
+	D := (W - 2) / 2
+	if trainable {
+		if _, ok := data.Row[estimators.KeyAdvantages]; !ok {
+			data = shallowCopy(data)
+			if _, err := s.ComputeAdvantages(data); err != nil {
+				return nil, err
+			}
+		}
+	}
+	var mbs []map[string]*tensors.Tensor
+	for _, c := range chunks(data.Len(), opts.MicroBatchSize) {
+		rows := span(c[0], c[1])
+		R := len(rows)
+		mb := map[string]*tensors.Tensor{
+			bX:         tensors.FromFlatDataAndDimensions(rowVectors(data, KeyTrajectories, rows, 0, D), R, D),
+			bXNext:     tensors.FromFlatDataAndDimensions(rowVectors(data, KeyTrajectories, rows, D, D), R, D),
+			bSigma:     tensors.FromFlatDataAndDimensions(rowVectors(data, KeyTrajectories, rows, 2*D, 1), R),
+			bSigmaNext: tensors.FromFlatDataAndDimensions(rowVectors(data, KeyTrajectories, rows, 2*D+1, 1), R),
+		}
+		if trainable {
+			mb[bOldLogp] = rowValues(data.Row[KeySamplerLogProbs], rows)
+			mb[bAdv] = rowValues(data.Row[estimators.KeyAdvantages], rows)
+		}
+		mbs = append(mbs, mb)
+	}
+	setScalar(mbs, bCount, float64(data.Len()))
+	return mbs, nil
+}
+
+// stepLogProb is log p_θ(x_next | x) of each transition.
+func (s *FlowActor) stepLogProb(ctx *context.Context, m *velocity.Model, batch Batch) (*Node, error) {
+	v := m.Forward(ctx, batch[bX], batch[bSigma])
+	st, err := loss.SDEStepLogProb(batch[bX], v, batch[bXNext], batch[bSigma], batch[bSigmaNext],
+		loss.SDEConfig{NoiseLevel: s.cfg.Knobs.FlowNoiseLevel, SigmaMax: 1 - 1/float64(s.cfg.Knobs.FlowSteps)})
+	if err != nil {
+		return nil, err
+	}
+	return st.LogProb, nil
+}
+
+// ExtractModelOutput is the step log-probs.
+func (s *FlowActor) ExtractModelOutput(ctx *context.Context, m *velocity.Model, batch Batch) (Output, error) {
+	lp, err := s.stepLogProb(ctx, m, batch)
+	if err != nil {
+		return nil, err
+	}
+	return Output{KeyStepLogProbs: lp}, nil
+}
+
+// ComputeLoss is Flow-GRPO's clipped policy loss.
+func (s *FlowActor) ComputeLoss(out Output, batch Batch, _ loss.Reducer) (*Node, map[string]*Node, error) {
+	eps := s.cfg.Knobs.FlowClipEps
+	res, err := loss.FlowGRPOLoss(out[KeyStepLogProbs], batch[bOldLogp], batch[bAdv], batch[bCount],
+		loss.PPOConfig{EpsLow: eps, EpsHigh: eps})
+	if err != nil {
+		return nil, nil, err
+	}
+	return res.Loss, res.Metrics, nil
+}
+
+// Loss is the velocity.LossFn of the role.
+func (s *FlowActor) Loss() velocity.LossFn { return flowLossFn(s) }
+
+// Produce is the forward-only step_log_probs of each transition (e.g. the sampler's).
+func (s *FlowActor) Produce() velocity.OutputFn {
+	return func(ctx *context.Context, m *velocity.Model, batch map[string]*Node) map[string]*Node {
+		lp, err := s.stepLogProb(ctx, m, batch)
+		if err != nil {
+			panic(err)
+		}
+		return map[string]*Node{KeyStepLogProbs: lp}
+	}
+}
+
+// FlowProducer runs a flow specialization forward-only and writes what it produces into
+// the rollout: the reference behaviour of a frozen flow role.
+type FlowProducer struct {
+	spec Flow
+	eval *velocity.Evaluator
+}
+
+// NewFlowProducer prepares spec's forward-only outputs with model m on backend.
+func NewFlowProducer(backend *runtime.Backend, spec Flow, m *velocity.Model) (*FlowProducer, error) {
+	e, err := velocity.NewEvaluator(backend, m, spec.Produce())
+	if err != nil {
+		return nil, fmt.Errorf("%s producer: %w", spec.Contract().Name, err)
+	}
+	return &FlowProducer{spec: spec, eval: e}, nil
+}
+
+// Produce computes the produced keys for every row of data and stores them under
+// rename[key] when set: one value per row in data.Row, vectors as wide Row columns.
+func (p *FlowProducer) Produce(data *estimators.Rollout, opts BatchOptions, rename map[string]string) error {
+	name := p.spec.Contract().Name
+	var mbs []map[string]*tensors.Tensor
+	var err error
+	switch s := p.spec.(type) {
+	case *FlowActor:
+		if err = requireKeys(name, data, []string{KeyTrajectories}); err == nil {
+			mbs, err = s.batches(data, opts, false)
+		}
+	default:
+		mbs, err = s.PrepareBatch(data, opts)
+	}
+	if err != nil {
+		return err
+	}
+	perRow := map[string][]float64{}
+	vecs := map[string][][]float32{}
+	for _, mb := range mbs {
+		delete(mb, bCount) // the evaluator's keys must not depend on how the loss normalises
+		outs, err := p.eval.Run(mb)
+		if err != nil {
+			return fmt.Errorf("%s produce: %w", name, err)
+		}
+		for key, t := range outs {
+			if rename[key] != "" {
+				key = rename[key]
+			}
+			flat, err := tensors.CopyFlatData[float32](t)
+			if err != nil {
+				return fmt.Errorf("%s produce %q: %w", name, key, err)
+			}
+			dims := t.Shape().Dimensions
+			switch len(dims) {
+			case 1:
+				for _, v := range flat {
+					perRow[key] = append(perRow[key], float64(v))
+				}
+			case 2:
+				for i := range dims[0] {
+					vecs[key] = append(vecs[key], flat[i*dims[1]:(i+1)*dims[1]])
+				}
+			default:
+				return fmt.Errorf("%s produce %q: unexpected shape %v", name, key, dims)
+			}
+		}
+	}
+	for k, v := range perRow {
+		if err := data.SetRow(k, v); err != nil {
+			return err
+		}
+	}
+	for k, v := range vecs {
+		if err := SetRowVectors(data, k, v); err != nil {
+			return err
+		}
+	}
+	return nil
+}

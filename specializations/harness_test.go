@@ -1,0 +1,109 @@
+package specializations
+
+import (
+	"math/rand/v2"
+	"sync"
+	"testing"
+
+	"github.com/gomlx/gomlx/pkg/core/tensors"
+
+	"stx.dev/stx/estimators"
+	"stx.dev/stx/runtime"
+	"stx.dev/stx/schema"
+)
+
+// defaultKnobs are the schema's defaults of the knobs the specializations read.
+func defaultKnobs() schema.Knobs {
+	return schema.Knobs{
+		LossAggMode: "token-mean", PolicyLoss: "ppo", ClipRatioLow: 0.2, ClipRatioHigh: 0.2,
+		GSPOSeqLogRatioMax: 10, CISPOClipHigh: 4, DROBeta: 0.05, ClipRangeValue: 0.5,
+		KLLossCoef: 0.001, KLEstimator: "k3", KLGrad: "direct", KLCoef: 0.001,
+		Estimator: "grpo", NormAdvByStd: true, AdvEpsilon: 1e-6, Gamma: 1, Lambda: 1, WhitenAdvantages: true,
+		Beta: 0.1, DPOLossType: "sigmoid", IPOLengthNormalize: true, SimPOGamma: 1, ORPOLambda: 0.1,
+		KTODesirableWeight: 1, KTOUndesirableWeight: 1,
+		KLPenaltyCoef: 1, GKDBeta: 0.5, GKDLambda: 0.5, GKDTemperature: 1, BetaStart: 1, BetaEnd: 0,
+		BetaDecayRollouts: 10, K3Grad: "direct", AggrevateCandidates: 4,
+		FlowSteps: 10, FlowNoiseLevel: 0.7, FlowSigmaSampling: "uniform", FlowClipEps: 1e-4,
+	}
+}
+
+var (
+	backendOnce sync.Once
+	backend     *runtime.Backend
+	backendErr  error
+)
+
+func testBackend(t testing.TB) *runtime.Backend {
+	t.Helper()
+	backendOnce.Do(func() { backend, backendErr = runtime.NewBackend("go") })
+	if backendErr != nil {
+		t.Fatal(backendErr)
+	}
+	return backend
+}
+
+func tinyModel(t testing.TB, valueHead bool) *runtime.Model {
+	t.Helper()
+	cfg, _ := runtime.BuiltinConfig("tiny")
+	m, err := runtime.NewModel(cfg, 7)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if valueHead {
+		if err := m.AddValueHead(8); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return m
+}
+
+// lmRollout builds rows of random byte tokens: a prompt of 3–4 tokens and a completion of
+// 4–8 tokens (mask 1), rewards in {0, 1}, groups of two, sampler log-probs around −5.
+func lmRollout(rows int, seed uint64) *estimators.Rollout {
+	rng := rand.New(rand.NewPCG(seed, 1))
+	r := &estimators.Rollout{Tok: map[string][][]float32{}, Row: map[string][]float64{}}
+	for i := range rows {
+		p, c := 3+rng.IntN(2), 4+rng.IntN(5)
+		tok := make([]int32, p+c)
+		mask := make([]float32, p+c)
+		lp := make([]float32, p+c)
+		for j := range tok {
+			tok[j] = int32(97 + rng.IntN(8))
+			if j >= p {
+				mask[j] = 1
+				lp[j] = float32(-5.5 + 0.2*rng.Float64())
+			}
+		}
+		r.Tokens = append(r.Tokens, tok)
+		r.Mask = append(r.Mask, mask)
+		r.PromptLen = append(r.PromptLen, p)
+		r.Reward = append(r.Reward, float64(rng.IntN(2)))
+		r.GroupID = append(r.GroupID, string(rune('a'+i/2)))
+		r.Tok[KeySamplerLogProbs] = append(r.Tok[KeySamplerLogProbs], lp)
+	}
+	// Rewards differ inside each group, so GRPO advantages are not all zero.
+	for i := 0; i+1 < rows; i += 2 {
+		r.Reward[i], r.Reward[i+1] = 1, 0
+	}
+	return r
+}
+
+// trainSteps runs steps optimizer steps of spec on model m with a fixed batch, returning
+// the first and last losses (the loss of the last step is re-evaluated after it).
+func trainSteps(t *testing.T, spec LM, m *runtime.Model, mbs []map[string]*tensors.Tensor, steps int, lr float64) []float64 {
+	t.Helper()
+	tr, err := runtime.NewTrainer(testBackend(t), m, spec.Loss(), runtime.TrainerConfig{AdamW: runtime.DefaultAdamW(),
+		Schedule: runtime.Schedule{Kind: "constant", BaseLR: lr}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var losses []float64
+	for range steps {
+		res, err := tr.Step(mbs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		losses = append(losses, res.Loss)
+	}
+	return losses
+}

@@ -1,0 +1,253 @@
+package specializations
+
+import (
+	"fmt"
+
+	. "github.com/gomlx/gomlx/pkg/core/graph" //nolint:revive // graph-building code reads better unqualified.
+	"github.com/gomlx/gomlx/pkg/core/tensors"
+	"github.com/gomlx/gomlx/pkg/ml/context"
+
+	"stx.dev/stx/estimators"
+	"stx.dev/stx/runtime"
+	"stx.dev/stx/specializations/loss"
+)
+
+// lmBase is what every language-model specialization shares: its contract and role
+// config, the C.0 reducer, the forward pass and the forward-only outputs.
+type lmBase struct {
+	contract Contract
+	cfg      RoleConfig
+}
+
+func newLMBase(name string, cfg RoleConfig) (lmBase, error) {
+	c, err := Get(name)
+	if err != nil {
+		return lmBase{}, err
+	}
+	if _, err := loss.ParseAggMode(cfg.Knobs.LossAggMode); err != nil {
+		return lmBase{}, err
+	}
+	return lmBase{contract: c, cfg: cfg}, nil
+}
+
+func (b lmBase) Contract() Contract { return b.contract }
+
+// requires checks data against the role's required keys.
+func (b lmBase) requires(data *estimators.Rollout) error {
+	return requireKeys(b.contract.Name, data, b.contract.Requires(b.cfg))
+}
+
+// Reducer is loss_agg_mode (and loss_scale_factor) over the mini-batch denominators the
+// batch carries; without them the micro-batch's own counts are used.
+func (b lmBase) Reducer(batch Batch) loss.Reducer {
+	mode, _ := loss.ParseAggMode(b.cfg.Knobs.LossAggMode) // checked by newLMBase
+	r := loss.Reducer{Mode: mode}
+	if f := b.cfg.Knobs.LossScaleFactor; f != nil {
+		r.LossScaleFactor = *f
+	}
+	if batch[bDenTokens] != nil {
+		r.Denominators = &loss.Denominators{Tokens: batch[bDenTokens], Sequences: batch[bDenSeqs], Rows: batch[bDenRows]}
+	}
+	return r
+}
+
+// forward returns the logits [R,T,V] and the target log-probs [R,T].
+func forward(ctx *context.Context, m *runtime.Model, batch Batch) (logits, logp *Node) {
+	logits = m.Logits(ctx, m.Forward(ctx, batch[bTokens]))
+	return logits, runtime.LogProbs(logits, batch[bTargets])
+}
+
+// ExtractModelOutput is the policy's logits and log-probs of the target tokens.
+func (b lmBase) ExtractModelOutput(ctx *context.Context, m *runtime.Model, batch Batch) (Output, error) {
+	if batch[bTokens] == nil || batch[bTargets] == nil {
+		return nil, fmt.Errorf("%s: the batch has no tokens/targets", b.contract.Name)
+	}
+	logits, lp := forward(ctx, m, batch)
+	return Output{KeyLogits: logits, KeyLogProbs: lp}, nil
+}
+
+// Produce is the forward-only log_probs (with the in-role reference the same function
+// runs on the frozen copy, see Producer).
+func (b lmBase) Produce() runtime.OutputFn {
+	return func(ctx *context.Context, m *runtime.Model, batch map[string]*Node) map[string]*Node {
+		_, lp := forward(ctx, m, batch)
+		return map[string]*Node{KeyLogProbs: lp}
+	}
+}
+
+// forwardBatches are the micro-batches of a forward-only pass: tokens, targets, loss mask,
+// last-token one-hot. A frozen role's PrepareBatch is exactly this.
+func (b lmBase) forwardBatches(data *estimators.Rollout, opts BatchOptions, unit int) ([]map[string]*tensors.Tensor, error) {
+	if err := requireKeys(b.contract.Name, data, []string{KeyTokens, KeyLossMask}); err != nil {
+		return nil, err
+	}
+	return b.lmBatches(data, opts, unit, nil)
+}
+
+// lmBatches cuts data into micro-batches of opts.MicroBatchSize units of unit rows (1 for
+// sequences, 2 for preference pairs), with the forward keys, the C.0 denominators of the
+// whole mini-batch, and whatever extra adds for each micro-batch's rows.
+func (b lmBase) lmBatches(data *estimators.Rollout, opts BatchOptions, unit int,
+	extra func(mb map[string]*tensors.Tensor, rows []int) error) ([]map[string]*tensors.Tensor, error) {
+	n := data.Len()
+	if n%unit != 0 {
+		return nil, fmt.Errorf("%s: %d rows do not form units of %d", b.contract.Name, n, unit)
+	}
+	T := seqLength(data)
+	var mbs []map[string]*tensors.Tensor
+	for _, c := range chunks(n/unit, opts.MicroBatchSize) {
+		rows := span(c[0]*unit, c[1]*unit)
+		mb := lmInputs(data, rows, T, opts.Pad)
+		if extra != nil {
+			if err := extra(mb, rows); err != nil {
+				return nil, fmt.Errorf("%s: %w", b.contract.Name, err)
+			}
+		}
+		mbs = append(mbs, mb)
+	}
+	denominators(mbs, loss.CountMask(shiftedMasks(data.Mask, span(0, n))))
+	return mbs, nil
+}
+
+// Producer runs an LM specialization forward-only and writes what it produces into a
+// rollout: the reference behaviour of a non-trainable role (e.g. its log_probs become
+// another role's ref_log_probs through an inject sync) and the in-role frozen reference.
+type Producer struct {
+	spec LM
+	eval *runtime.Evaluator
+}
+
+// NewProducer prepares spec's forward-only outputs with model m on backend.
+func NewProducer(backend *runtime.Backend, spec LM, m *runtime.Model) (*Producer, error) {
+	e, err := runtime.NewEvaluator(backend, m, spec.Produce())
+	if err != nil {
+		return nil, fmt.Errorf("%s producer: %w", spec.Contract().Name, err)
+	}
+	return &Producer{spec: spec, eval: e}, nil
+}
+
+// forwarder is implemented by every LM specialization of this package.
+type forwarder interface {
+	forwardBatches(data *estimators.Rollout, opts BatchOptions, unit int) ([]map[string]*tensors.Tensor, error)
+}
+
+// Produce computes the produced keys for every row of data and stores them in data, each
+// under rename[key] when set: per-token outputs in data.Tok aligned with the tokens
+// (token 0, which nothing predicts, gets 0), per-row outputs in data.Row, per-token
+// vectors (logits) as wide Tok columns.
+func (p *Producer) Produce(data *estimators.Rollout, opts BatchOptions, rename map[string]string) error {
+	f, ok := p.spec.(forwarder)
+	if !ok {
+		return fmt.Errorf("%s: no forward-only batches", p.spec.Contract().Name)
+	}
+	mbs, err := f.forwardBatches(data, opts, 1)
+	if err != nil {
+		return err
+	}
+	row := 0
+	tok := map[string][][]float32{}
+	perRow := map[string][]float64{}
+	wide := map[string][][][]float32{}
+	for _, mb := range mbs {
+		outs, err := p.eval.Run(map[string]*tensors.Tensor{bTokens: mb[bTokens], bTargets: mb[bTargets],
+			bLossMask: mb[bLossMask], bLastToken: mb[bLastToken]})
+		if err != nil {
+			return fmt.Errorf("%s produce: %w", p.spec.Contract().Name, err)
+		}
+		R := mb[bTokens].Shape().Dimensions[0]
+		for key, t := range outs {
+			name := key
+			if rename[key] != "" {
+				name = rename[key]
+			}
+			flat, err := tensors.CopyFlatData[float32](t)
+			if err != nil {
+				return fmt.Errorf("%s produce %q: %w", p.spec.Contract().Name, key, err)
+			}
+			dims := t.Shape().Dimensions
+			switch len(dims) {
+			case 1:
+				for i := range R {
+					perRow[name] = append(perRow[name], float64(flat[i]))
+				}
+			case 2, 3:
+				T, V := dims[1], 1
+				if len(dims) == 3 {
+					V = dims[2]
+				}
+				for i := range R {
+					n := len(data.Tokens[row+i])
+					vecs := make([][]float32, n)
+					col := make([]float32, n)
+					for tt := 1; tt < n && tt <= T; tt++ {
+						base := (i*T + tt - 1) * V
+						col[tt] = flat[base]
+						vecs[tt] = flat[base : base+V]
+					}
+					if len(dims) == 2 {
+						tok[name] = append(tok[name], col)
+					} else {
+						for tt := range vecs {
+							if vecs[tt] == nil {
+								vecs[tt] = make([]float32, V)
+							}
+						}
+						wide[name] = append(wide[name], vecs)
+					}
+				}
+			default:
+				return fmt.Errorf("%s produce %q: unexpected shape %v", p.spec.Contract().Name, key, dims)
+			}
+		}
+		row += R
+	}
+	for k, v := range tok {
+		if err := data.SetTok(k, v); err != nil {
+			return err
+		}
+	}
+	for k, v := range perRow {
+		if k == KeyRewards { // the rollout's own reward column
+			data.Reward = v
+			continue
+		}
+		if err := data.SetRow(k, v); err != nil {
+			return err
+		}
+	}
+	for k, v := range wide {
+		if err := SetTokenVectors(data, k, v); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// NewReference returns a frozen copy of m: the in-role reference of a role with
+// init.with_ref, whose log-probs (Producer with rename log_probs → ref_log_probs) feed
+// the role's KL or preference loss.
+func NewReference(m *runtime.Model) (*runtime.Model, error) {
+	ref, err := runtime.NewModel(m.Config, 0)
+	if err != nil {
+		return nil, fmt.Errorf("reference model: %w", err)
+	}
+	for _, p := range m.Params() {
+		v, err := m.ParamValues(p.Name)
+		if err != nil {
+			return nil, fmt.Errorf("reference model: %w", err)
+		}
+		if err := ref.SetParam(p.Name, v); err != nil {
+			return nil, fmt.Errorf("reference model: %w", err)
+		}
+	}
+	ref.SetTrainable(false)
+	return ref, nil
+}
+
+// setScalar puts a scalar into every micro-batch: a mini-batch count, or a hot-reloadable
+// coefficient, which as a graph input can change without recompiling.
+func setScalar(mbs []map[string]*tensors.Tensor, key string, v float64) {
+	for _, mb := range mbs {
+		mb[key] = scalarF32(v)
+	}
+}

@@ -1,0 +1,357 @@
+package specializations
+
+import (
+	"fmt"
+
+	. "github.com/gomlx/gomlx/pkg/core/graph" //nolint:revive // graph-building code reads better unqualified.
+	"github.com/gomlx/gomlx/pkg/core/tensors"
+	"github.com/gomlx/gomlx/pkg/ml/context"
+
+	"stx.dev/stx/estimators"
+	"stx.dev/stx/runtime"
+	"stx.dev/stx/specializations/loss"
+)
+
+// Preference data: a pair is two consecutive rows (2i, 2i+1) of one prompt, one with
+// chosen = 1 and the other with chosen = 0 (in either order). Micro-batches hold whole
+// pairs; the pair count of the whole mini-batch is a batch input, so the micro-batch
+// losses add up to the mini-batch mean (ALGORITHMS.md E: loss = mean over pairs).
+
+// Pairwise is the DPO family and its reference-free relatives on preference pairs:
+// dpo (sigmoid; cDPO with label_smoothing; hinge; ipo through dpo_loss_type), simpo and
+// orpo (ALGORITHMS.md E). Metrics: accuracy, margins, chosen_rewards, rejected_rewards
+// (dpo), accuracy (simpo, orpo).
+type Pairwise struct {
+	lmBase
+}
+
+// NewPairwise builds the dpo, simpo or orpo specialization named by name.
+func NewPairwise(name string, cfg RoleConfig) (*Pairwise, error) {
+	switch name {
+	case "dpo", "simpo", "orpo":
+	default:
+		return nil, fmt.Errorf("pairwise specialization %q: want dpo, simpo or orpo", name)
+	}
+	b, err := newLMBase(name, cfg)
+	if err != nil {
+		return nil, err
+	}
+	if name == "dpo" {
+		switch cfg.Knobs.DPOLossType {
+		case "", "sigmoid", "hinge", "ipo":
+		default:
+			return nil, fmt.Errorf("dpo: unknown dpo_loss_type %q", cfg.Knobs.DPOLossType)
+		}
+	}
+	return &Pairwise{b}, nil
+}
+
+// checkPairs verifies that rows form (chosen, rejected) pairs.
+func checkPairs(name string, data *estimators.Rollout) error {
+	if data.Len()%2 != 0 {
+		return fmt.Errorf("%s: %d rows do not form pairs", name, data.Len())
+	}
+	ch := data.Row[KeyChosen]
+	for i := 0; i < len(ch); i += 2 {
+		if !((ch[i] == 1 && ch[i+1] == 0) || (ch[i] == 0 && ch[i+1] == 1)) {
+			return fmt.Errorf("%s: rows %d and %d are not a chosen/rejected pair (chosen = %g, %g)", name, i, i+1, ch[i], ch[i+1])
+		}
+	}
+	return nil
+}
+
+// pairBatches are the micro-batches of preference pairs: forward keys, chosen flags, the
+// pair count, and the per-token keys listed in tok (e.g. ref_log_probs).
+func (b lmBase) pairBatches(data *estimators.Rollout, opts BatchOptions, tok ...string) ([]map[string]*tensors.Tensor, error) {
+	if err := b.requires(data); err != nil {
+		return nil, err
+	}
+	if err := checkPairs(b.contract.Name, data); err != nil {
+		return nil, err
+	}
+	mbs, err := b.lmBatches(data, opts, 2, func(mb map[string]*tensors.Tensor, rows []int) error {
+		T := mb[bTokens].Shape().Dimensions[1]
+		mb[KeyChosen] = rowValues(data.Row[KeyChosen], rows)
+		for _, k := range tok {
+			mb[k] = shiftedTok(data.Tok[k], rows, T)
+		}
+		return nil
+	})
+	setScalar(mbs, bCount, float64(data.Len()/2))
+	return mbs, err
+}
+
+// PrepareBatch reads tokens, loss_mask, chosen and (dpo) ref_log_probs.
+func (p *Pairwise) PrepareBatch(data *estimators.Rollout, opts BatchOptions) ([]map[string]*tensors.Tensor, error) {
+	if !p.cfg.Role.Trainable {
+		return p.forwardBatches(data, opts, 1)
+	}
+	if p.contract.Name == "dpo" {
+		return p.pairBatches(data, opts, KeyRefLogProbs)
+	}
+	return p.pairBatches(data, opts)
+}
+
+// splitPairs turns per-row values [2P] into chosen and rejected vectors [P] with the
+// batch's chosen flags: products with one-hot flags, not slices, so gradients flow
+// through SimpleGo.
+func splitPairs(x, chosen *Node) (c, r *Node) {
+	n := x.Shape().Dimensions[0]
+	x2 := Reshape(x, n/2, 2)
+	f := Reshape(StopGradient(ConvertDType(chosen, x.DType())), n/2, 2)
+	return ReduceSum(Mul(x2, f), 1), ReduceSum(Mul(x2, OneMinus(f)), 1)
+}
+
+// pairBatch builds loss.PairBatch from the policy's per-token log-probs.
+func pairBatch(lp *Node, batch Batch, withRef bool) (loss.PairBatch, error) {
+	sum, n, err := loss.SequenceLogProbs(lp, batch[bLossMask])
+	if err != nil {
+		return loss.PairBatch{}, err
+	}
+	pb := loss.PairBatch{Count: batch[bCount]}
+	pb.PolicyChosen, pb.PolicyRejected = splitPairs(sum, batch[KeyChosen])
+	pb.ChosenLengths, pb.RejectedLengths = splitPairs(n, batch[KeyChosen])
+	if withRef {
+		ref, _, err := loss.SequenceLogProbs(batch[KeyRefLogProbs], batch[bLossMask])
+		if err != nil {
+			return loss.PairBatch{}, err
+		}
+		pb.RefChosen, pb.RefRejected = splitPairs(ref, batch[KeyChosen])
+	}
+	return pb, nil
+}
+
+// ComputeLoss is the section E loss of the specialization.
+func (p *Pairwise) ComputeLoss(out Output, batch Batch, _ loss.Reducer) (*Node, map[string]*Node, error) {
+	k := p.cfg.Knobs
+	pb, err := pairBatch(out[KeyLogProbs], batch, p.contract.Name == "dpo")
+	if err != nil {
+		return nil, nil, err
+	}
+	var res loss.Result
+	switch p.contract.Name {
+	case "dpo":
+		res, err = loss.DPO(pb, loss.DPOConfig{Type: loss.DPOType(k.DPOLossType), Beta: k.Beta,
+			LabelSmoothing: k.LabelSmoothing, IPOSummed: !k.IPOLengthNormalize})
+	case "simpo":
+		res, err = loss.SimPO(pb, loss.SimPOConfig{Beta: k.Beta, Gamma: k.SimPOGamma})
+	case "orpo":
+		res, err = loss.ORPO(pb, k.ORPOLambda)
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	return res.Loss, res.Metrics, nil
+}
+
+// Loss is the runtime.LossFn of the role.
+func (p *Pairwise) Loss() runtime.LossFn { return lossFn(p) }
+
+// KTO is Kahneman–Tversky optimisation on single examples labelled desirable (label 1) or
+// undesirable (label 0) (ALGORITHMS.md E). Its KL baseline z0 comes from the rollout's
+// mismatched rows, label −1: a prompt with another example's completion (see
+// AddKTOMismatched), whose ref_log_probs the reference role produces with the rest. z0
+// is estimated per micro-batch from the micro-batch's mismatched rows (trl estimates it
+// per batch). Metric: z0.
+type KTO struct{ lmBase }
+
+// NewKTO builds the kto specialization.
+func NewKTO(cfg RoleConfig) (*KTO, error) {
+	b, err := newLMBase("kto", cfg)
+	return &KTO{b}, err
+}
+
+// PrepareBatch reads tokens, loss_mask, label and ref_log_probs.
+func (s *KTO) PrepareBatch(data *estimators.Rollout, opts BatchOptions) ([]map[string]*tensors.Tensor, error) {
+	if !s.cfg.Role.Trainable {
+		return s.forwardBatches(data, opts, 1)
+	}
+	if err := s.requires(data); err != nil {
+		return nil, err
+	}
+	examples := 0
+	for _, l := range data.Row[KeyLabel] {
+		if l >= 0 {
+			examples++
+		}
+	}
+	mbs, err := s.lmBatches(data, opts, 1, func(mb map[string]*tensors.Tensor, rows []int) error {
+		T := mb[bTokens].Shape().Dimensions[1]
+		mb[KeyLabel] = rowValues(data.Row[KeyLabel], rows)
+		mb[KeyRefLogProbs] = shiftedTok(data.Tok[KeyRefLogProbs], rows, T)
+		return nil
+	})
+	setScalar(mbs, bCount, float64(examples))
+	return mbs, err
+}
+
+// ComputeLoss is section E's KTO loss: mean over the examples of the mini-batch.
+func (s *KTO) ComputeLoss(out Output, batch Batch, _ loss.Reducer) (*Node, map[string]*Node, error) {
+	k := s.cfg.Knobs
+	p, _, err := loss.SequenceLogProbs(out[KeyLogProbs], batch[bLossMask])
+	if err != nil {
+		return nil, nil, err
+	}
+	ref, _, err := loss.SequenceLogProbs(batch[KeyRefLogProbs], batch[bLossMask])
+	if err != nil {
+		return nil, nil, err
+	}
+	label := ConvertDType(batch[KeyLabel], p.DType())
+	zero := ZerosLike(label)
+	isKL := StopGradient(Where(LessThan(label, zero), OnesLike(label), zero))
+	isExample := OneMinus(isKL)
+	nKL := ReduceAllSum(isKL)
+	klMean := Div(ReduceAllSum(Mul(Sub(p, ref), isKL)), Max(nKL, OnesLike(nKL)))
+	z0 := StopGradient(MaxScalar(klMean, 0))
+	res, err := loss.KTO(loss.KTOBatch{PolicyLogps: p, RefLogps: ref, Desirable: GreaterThan(label, MulScalar(OnesLike(label), 0.5)),
+		Z0: z0}, loss.KTOConfig{Beta: k.Beta, DesirableWeight: k.KTODesirableWeight, UndesirableWeight: k.KTOUndesirableWeight})
+	if err != nil {
+		return nil, nil, err
+	}
+	// loss.KTO averages over every row; only the labelled examples count.
+	count := ConvertDType(batch[bCount], p.DType())
+	l := Div(ReduceAllSum(Mul(res.Aux["per_example_loss"], isExample)), Max(count, OnesLike(count)))
+	return l, map[string]*Node{"z0": z0}, nil
+}
+
+// Loss is the runtime.LossFn of the role.
+func (s *KTO) Loss() runtime.LossFn { return lossFn(s) }
+
+// AddKTOMismatched returns data with one mismatched row per labelled example appended:
+// example i's prompt followed by the completion of the next example (cyclically, trl's
+// shift by one), label −1, loss mask 1 on the completion. Call it before the reference
+// role produces ref_log_probs. Per-token columns other than the mask are zero on the new
+// rows and per-row columns are 0; string columns copy the prompt's row.
+func AddKTOMismatched(data *estimators.Rollout) (*estimators.Rollout, error) {
+	if data.PromptLen == nil || data.Mask == nil || data.Row[KeyLabel] == nil {
+		return nil, fmt.Errorf("kto mismatched rows: need prompt_len, loss_mask and label columns")
+	}
+	var ex []int
+	for i, l := range data.Row[KeyLabel] {
+		if l >= 0 {
+			ex = append(ex, i)
+		}
+	}
+	if len(ex) < 2 {
+		return nil, fmt.Errorf("kto mismatched rows: need at least two labelled examples, have %d", len(ex))
+	}
+	out := shallowCopy(data)
+	add := &estimators.Rollout{}
+	for j, i := range ex {
+		o := ex[(j+1)%len(ex)]
+		p, po := data.PromptLen[i], data.PromptLen[o]
+		tok := append(append([]int32{}, data.Tokens[i][:p]...), data.Tokens[o][po:]...)
+		mask := make([]float32, len(tok))
+		for t := p; t < len(tok); t++ {
+			mask[t] = 1
+		}
+		add.Tokens = append(add.Tokens, tok)
+		add.Mask = append(add.Mask, mask)
+		add.PromptLen = append(add.PromptLen, p)
+		for _, c := range []struct {
+			dst *[]string
+			src []string
+		}{{&out.GroupID, data.GroupID}, {&out.TaskID, data.TaskID}, {&out.Role, data.Role}, {&out.DataSource, data.DataSource}} {
+			if c.src != nil {
+				*c.dst = append(*c.dst, c.src[i])
+			}
+		}
+		if data.Traj != nil {
+			out.Traj = append(out.Traj, len(data.Tokens)+j)
+		}
+		if data.Reward != nil {
+			out.Reward = append(out.Reward, 0)
+		}
+	}
+	out.Tokens = append(append([][]int32{}, data.Tokens...), add.Tokens...)
+	out.Mask = append(append([][]float32{}, data.Mask...), add.Mask...)
+	out.PromptLen = append(append([]int{}, data.PromptLen...), add.PromptLen...)
+	for k, col := range data.Tok {
+		c := append([][]float32{}, col...)
+		for _, t := range add.Tokens {
+			c = append(c, make([]float32, len(t)))
+		}
+		out.Tok[k] = c
+	}
+	for k, col := range data.Row {
+		c := append([]float64{}, col...)
+		for range add.Tokens {
+			v := 0.0
+			if k == KeyLabel {
+				v = -1
+			}
+			c = append(c, v)
+		}
+		out.Row[k] = c
+	}
+	if err := out.Validate(); err != nil {
+		return nil, fmt.Errorf("kto mismatched rows: %w", err)
+	}
+	return out, nil
+}
+
+// RewardModel is a Bradley–Terry reward model on preference pairs: the reward of a row is
+// its value head at the last token, ℓ = −log σ(r_c − r_r − m) (+ reward centering)
+// (ALGORITHMS.md E). It produces rewards (one per row) for a reward role. The model needs
+// a value head (runtime.Model.AddValueHead). Metric: accuracy.
+type RewardModel struct{ lmBase }
+
+// NewRewardModel builds the reward_model specialization.
+func NewRewardModel(cfg RoleConfig) (*RewardModel, error) {
+	b, err := newLMBase("reward_model", cfg)
+	return &RewardModel{b}, err
+}
+
+// PrepareBatch reads tokens, loss_mask and chosen.
+func (s *RewardModel) PrepareBatch(data *estimators.Rollout, opts BatchOptions) ([]map[string]*tensors.Tensor, error) {
+	if !s.cfg.Role.Trainable {
+		return s.forwardBatches(data, opts, 1)
+	}
+	return s.pairBatches(data, opts)
+}
+
+// rowRewards is the value head at each row's last real token, [R].
+func rowRewards(ctx *context.Context, m *runtime.Model, batch Batch) (*Node, error) {
+	v, err := values(ctx, m, batch)
+	if err != nil {
+		return nil, err
+	}
+	return ReduceSum(Mul(v, ConvertDType(batch[bLastToken], v.DType())), -1), nil
+}
+
+// ExtractModelOutput is the per-row reward.
+func (s *RewardModel) ExtractModelOutput(ctx *context.Context, m *runtime.Model, batch Batch) (Output, error) {
+	r, err := rowRewards(ctx, m, batch)
+	if err != nil {
+		return nil, fmt.Errorf("reward_model: %w", err)
+	}
+	return Output{KeyRewards: r}, nil
+}
+
+// ComputeLoss is the Bradley–Terry loss with margin rm_margin and center_rewards_coef.
+func (s *RewardModel) ComputeLoss(out Output, batch Batch, _ loss.Reducer) (*Node, map[string]*Node, error) {
+	rc, rr := splitPairs(out[KeyRewards], batch[KeyChosen])
+	b := loss.RewardPairBatch{Chosen: rc, Rejected: rr, Count: batch[bCount]}
+	if m := s.cfg.Knobs.RMMargin; m != 0 {
+		b.Margin = AddScalar(ZerosLike(rc), m)
+	}
+	res, err := loss.BradleyTerry(b, s.cfg.Knobs.CenterRewardsCoef)
+	if err != nil {
+		return nil, nil, err
+	}
+	return res.Loss, res.Metrics, nil
+}
+
+// Loss is the runtime.LossFn of the role.
+func (s *RewardModel) Loss() runtime.LossFn { return lossFn(s) }
+
+// Produce is the forward-only reward of every row.
+func (s *RewardModel) Produce() runtime.OutputFn {
+	return func(ctx *context.Context, m *runtime.Model, batch map[string]*Node) map[string]*Node {
+		r, err := rowRewards(ctx, m, batch)
+		if err != nil {
+			panic(fmt.Errorf("reward_model: %w", err))
+		}
+		return map[string]*Node{KeyRewards: r}
+	}
+}

@@ -1,0 +1,40 @@
+package specializations
+
+import (
+	. "github.com/gomlx/gomlx/pkg/core/graph" //nolint:revive // graph-building code reads better unqualified.
+	"github.com/gomlx/gomlx/pkg/core/tensors"
+
+	"stx.dev/stx/estimators"
+	"stx.dev/stx/runtime"
+	"stx.dev/stx/specializations/loss"
+)
+
+// SFT is supervised fine-tuning: cross-entropy on the completion tokens, ℓ = −logp_target
+// reduced with loss_agg_mode (ALGORITHMS.md F.1).
+type SFT struct{ lmBase }
+
+// NewSFT builds the sft specialization.
+func NewSFT(cfg RoleConfig) (*SFT, error) {
+	b, err := newLMBase("sft", cfg)
+	return &SFT{b}, err
+}
+
+// PrepareBatch reads tokens and loss_mask.
+func (s *SFT) PrepareBatch(data *estimators.Rollout, opts BatchOptions) ([]map[string]*tensors.Tensor, error) {
+	if err := s.requires(data); err != nil {
+		return nil, err
+	}
+	return s.lmBatches(data, opts, 1, nil)
+}
+
+// ComputeLoss is section F.1's cross-entropy. Metric: nll.
+func (s *SFT) ComputeLoss(out Output, batch Batch, r loss.Reducer) (*Node, map[string]*Node, error) {
+	res, err := loss.SFT(out[KeyLogProbs], batch[bLossMask], r)
+	if err != nil {
+		return nil, nil, err
+	}
+	return res.Loss, res.Metrics, nil
+}
+
+// Loss is the runtime.LossFn of the role.
+func (s *SFT) Loss() runtime.LossFn { return lossFn(s) }

@@ -1,0 +1,119 @@
+package specializations
+
+import (
+	"fmt"
+
+	. "github.com/gomlx/gomlx/pkg/core/graph" //nolint:revive // graph-building code reads better unqualified.
+	"github.com/gomlx/gomlx/pkg/core/tensors"
+	"github.com/gomlx/gomlx/pkg/ml/context"
+
+	"stx.dev/stx/estimators"
+	"stx.dev/stx/runtime"
+	"stx.dev/stx/specializations/loss"
+	"stx.dev/stx/specializations/velocity"
+)
+
+// Batch is a micro-batch inside the compiled graph: the host tensors of PrepareBatch become
+// graph nodes under the same keys.
+type Batch = map[string]*Node
+
+// Output is what a specialization's model outputs inside the graph (log-probs, logits,
+// values, velocities, ...), keyed by name.
+type Output = map[string]*Node
+
+// BatchOptions tells PrepareBatch how to cut a mini-batch (the rows of one optimizer step).
+type BatchOptions struct {
+	// MicroBatchSize is the number of rows (pairs for preference data) per micro-batch;
+	// 0 puts every row in one micro-batch. The last micro-batch may be smaller.
+	MicroBatchSize int
+	// Pad is the token id used for padding (the model's PAD).
+	Pad int32
+	// Rollout is the 0-based rollout index, for knobs that follow a schedule (β of F.6).
+	Rollout int
+	// Seed makes any host-side sampling of the batch (flow σ and noise) reproducible.
+	Seed uint64
+}
+
+// Specialization is a role's algorithm: how rollout data becomes micro-batches and which
+// loss the role minimises (the seed design's PrepareBatch / ExtractModelOutput /
+// ComputeLoss). ExtractModelOutput depends on the kind of model, so it lives in LM and
+// Flow below.
+type Specialization interface {
+	// Contract is the static description registered under the specialization's name.
+	Contract() Contract
+	// PrepareBatch turns one optimizer step's rows into micro-batches (host tensors). It
+	// reads exactly the keys of Contract().Requires and fails naming the first one absent.
+	// For a frozen role it prepares the forward inputs only.
+	PrepareBatch(data *estimators.Rollout, opts BatchOptions) ([]map[string]*tensors.Tensor, error)
+	// Reducer is the loss aggregation (ALGORITHMS.md C.0) of a micro-batch: the recipe's
+	// loss_agg_mode with the mini-batch denominators that PrepareBatch put in the batch.
+	Reducer(batch Batch) loss.Reducer
+	// ComputeLoss builds the scalar loss and named scalar metrics from the model's output.
+	ComputeLoss(out Output, batch Batch, r loss.Reducer) (*Node, map[string]*Node, error)
+}
+
+// LM is a specialization of a language-model role (runtime.Model).
+type LM interface {
+	Specialization
+	// ExtractModelOutput runs the model inside the graph and returns what the loss needs.
+	ExtractModelOutput(ctx *context.Context, m *runtime.Model, batch Batch) (Output, error)
+	// Loss composes ExtractModelOutput, Reducer and ComputeLoss for runtime.Trainer.
+	Loss() runtime.LossFn
+	// Produce is the forward-only output of Contract().Produces, per target position
+	// ([rows, tokens] for per-token keys, [rows] for per-row keys), for runtime.Evaluator.
+	Produce() runtime.OutputFn
+}
+
+// Flow is a specialization of a velocity-model role (specializations/velocity).
+type Flow interface {
+	Specialization
+	// ExtractModelOutput runs the velocity model inside the graph.
+	ExtractModelOutput(ctx *context.Context, m *velocity.Model, batch Batch) (Output, error)
+	// Loss composes ExtractModelOutput, Reducer and ComputeLoss for velocity.Trainer.
+	Loss() velocity.LossFn
+	// Produce is the forward-only output of Contract().Produces, one value or vector per
+	// row, for velocity.Evaluator.
+	Produce() velocity.OutputFn
+}
+
+// AdvantageComputer is implemented by specializations that compute advantages through the
+// estimators registry (Contract.Estimator). ComputeAdvantages sets
+// data.Tok[estimators.KeyAdvantages] (and returns, for GAE) over the whole rollout; run it
+// before cutting mini-batches so that group statistics see every row. It returns the
+// estimator's warnings.
+type AdvantageComputer interface {
+	ComputeAdvantages(data *estimators.Rollout) ([]string, error)
+}
+
+// New builds the specialization named by cfg.Role.Specialization for a role.
+func New(cfg RoleConfig) (Specialization, error) {
+	c, err := Get(cfg.Role.Specialization)
+	if err != nil {
+		return nil, fmt.Errorf("role %q: %w", cfg.Role.Name, err)
+	}
+	if c.New == nil {
+		return nil, fmt.Errorf("role %q: specialization %q has a contract but no implementation", cfg.Role.Name, c.Name)
+	}
+	s, err := c.New(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("role %q, specialization %q: %w", cfg.Role.Name, c.Name, err)
+	}
+	return s, nil
+}
+
+// lossFn adapts an LM's three steps to runtime.LossFn. GoMLX reports graph-building errors
+// by panicking, and runtime.LossFn has no error result, so errors become panics that the
+// executor turns back into errors.
+func lossFn(s LM) runtime.LossFn {
+	return func(ctx *context.Context, m *runtime.Model, batch map[string]*Node) (*Node, map[string]*Node) {
+		out, err := s.ExtractModelOutput(ctx, m, batch)
+		if err != nil {
+			panic(fmt.Errorf("%s: model output: %w", s.Contract().Name, err))
+		}
+		l, metrics, err := s.ComputeLoss(out, batch, s.Reducer(batch))
+		if err != nil {
+			panic(fmt.Errorf("%s: loss: %w", s.Contract().Name, err))
+		}
+		return l, metrics
+	}
+}
