@@ -200,6 +200,12 @@ func BuildGraph(r *schema.Recipe) (*Graph, []Problem) {
 			add("knobs.n_samples_per_prompt", "estimator %s of role %q needs groups: n_samples_per_prompt must be at least 2 (it is %d)", est, n.Role.Name, r.Knobs.NSamplesPerPrompt)
 		}
 	}
+	if r.Knobs.TISCap != nil && slices.ContainsFunc(g.Nodes, func(n Node) bool { return n.Role.Trainable && n.Contract.Name == "actor" }) {
+		// C.7's weight min(exp(old_logp − sampler_logp), cap) needs the
+		// policy's own pre-update log-probs, which the actor does not
+		// compute yet; refusing beats silently ignoring the knob.
+		add("knobs.tis_cap", "the truncated importance-sampling correction (ALGORITHMS.md C.7) is not supported yet: remove tis_cap")
+	}
 	for _, role := range sortedKeys(r.Knobs.EstimatorMap) {
 		known("knobs.estimator_map."+role, "estimator_map key", role)
 	}

@@ -7,11 +7,11 @@ import (
 	"stx.dev/stx/schema"
 )
 
-func role(name, spec string, trainable bool) schema.Role {
+func testRole(name, spec string, trainable bool) schema.Role {
 	return schema.Role{Name: name, Specialization: spec, Trainable: trainable, Pool: name}
 }
 
-func sync(src, dst string, keys, tkeys []string) schema.Sync {
+func testSync(src, dst string, keys, tkeys []string) schema.Sync {
 	return schema.Sync{Source: src, Target: dst, Keys: keys, TargetKeys: tkeys, Stage: "inject"}
 }
 
@@ -25,23 +25,23 @@ func TestBuildGraph(t *testing.T) {
 		{
 			name: "dpo with synced reference",
 			r: schema.Recipe{
-				Roles: []schema.Role{role("policy", "dpo", true), role("reference", "dpo", false)},
-				Syncs: []schema.Sync{sync("reference", "policy", lp, []string{"ref_log_probs"})},
+				Roles: []schema.Role{testRole("policy", "dpo", true), testRole("reference", "dpo", false)},
+				Syncs: []schema.Sync{testSync("reference", "policy", lp, []string{"ref_log_probs"})},
 			},
 		},
 		{
 			name:  "dpo without reference",
-			r:     schema.Recipe{Roles: []schema.Role{role("policy", "dpo", true)}},
+			r:     schema.Recipe{Roles: []schema.Role{testRole("policy", "dpo", true)}},
 			probs: []string{`requires key "ref_log_probs"`},
 		},
 		{
 			name: "cycle of three",
 			r: schema.Recipe{
-				Roles: []schema.Role{role("a", "dagger", false), role("b", "dagger", false), role("c", "dagger", true)},
+				Roles: []schema.Role{testRole("a", "dagger", false), testRole("b", "dagger", false), testRole("c", "dagger", true)},
 				Syncs: []schema.Sync{
-					sync("a", "b", []string{"actions"}, []string{"teacher_actions"}),
-					sync("b", "c", []string{"actions"}, []string{"teacher_actions"}),
-					sync("c", "a", []string{"actions"}, []string{"teacher_actions"}),
+					testSync("a", "b", []string{"actions"}, []string{"teacher_actions"}),
+					testSync("b", "c", []string{"actions"}, []string{"teacher_actions"}),
+					testSync("c", "a", []string{"actions"}, []string{"teacher_actions"}),
 				},
 			},
 			probs: []string{"cycle: a → b (syncs[0]), b → c (syncs[1]), c → a (syncs[2])"},
@@ -49,14 +49,14 @@ func TestBuildGraph(t *testing.T) {
 		{
 			name: "unknown specialization",
 			r: schema.Recipe{
-				Roles: []schema.Role{role("p", "nope", true)},
+				Roles: []schema.Role{testRole("p", "nope", true)},
 			},
 			probs: []string{`unknown specialization "nope"`},
 		},
 		{
 			name: "gae without critic",
 			r: schema.Recipe{
-				Roles: []schema.Role{role("actor", "actor", true)},
+				Roles: []schema.Role{testRole("actor", "actor", true)},
 				Knobs: schema.Knobs{Estimator: "gae", NSamplesPerPrompt: 1},
 			},
 			probs: []string{`requires key "values"`},
@@ -64,10 +64,18 @@ func TestBuildGraph(t *testing.T) {
 		{
 			name: "grpo group size",
 			r: schema.Recipe{
-				Roles: []schema.Role{role("actor", "actor", true)},
+				Roles: []schema.Role{testRole("actor", "actor", true)},
 				Knobs: schema.Knobs{Estimator: "rloo", NSamplesPerPrompt: 1},
 			},
 			probs: []string{"needs groups"},
+		},
+		{
+			name: "tis_cap refused",
+			r: schema.Recipe{
+				Roles: []schema.Role{testRole("actor", "actor", true)},
+				Knobs: schema.Knobs{Estimator: "grpo", NSamplesPerPrompt: 4, TISCap: new(2.0)},
+			},
+			probs: []string{"not supported yet"},
 		},
 	}
 	for _, tc := range tests {
@@ -89,8 +97,8 @@ func TestSyncOrderRunsInputsFirst(t *testing.T) {
 	acts := []string{"actions"}
 	ta := []string{"teacher_actions"}
 	r := &schema.Recipe{
-		Roles: []schema.Role{role("s", "dagger", true), role("m", "dagger", false), role("t", "dagger", false)},
-		Syncs: []schema.Sync{sync("m", "s", acts, ta), sync("t", "m", acts, ta)},
+		Roles: []schema.Role{testRole("s", "dagger", true), testRole("m", "dagger", false), testRole("t", "dagger", false)},
+		Syncs: []schema.Sync{testSync("m", "s", acts, ta), testSync("t", "m", acts, ta)},
 		Knobs: schema.Knobs{Estimator: "grpo", NSamplesPerPrompt: 2},
 	}
 	g, probs := BuildGraph(r)

@@ -124,17 +124,7 @@ func readKnobDocs() ([]KnobDoc, error) {
 // splitDefault separates "constraint | *default" into its two parts. An
 // enum keeps all its values as the constraint.
 func splitDefault(x ast.Expr) (constraint, def string) {
-	var alts []ast.Expr
-	var flatten func(ast.Expr)
-	flatten = func(e ast.Expr) {
-		if b, ok := e.(*ast.BinaryExpr); ok && b.Op == token.OR {
-			flatten(b.X)
-			flatten(b.Y)
-			return
-		}
-		alts = append(alts, e)
-	}
-	flatten(x)
+	alts := disjuncts(x)
 	var rest []string
 	allLits := true
 	for _, a := range alts {
@@ -211,17 +201,7 @@ func splitSchema() (string, map[string]string, error) {
 // stripDefault removes the `*x` alternative of a disjunction; in an enum of
 // literals the default stays as a plain alternative.
 func stripDefault(x ast.Expr) (ast.Expr, string) {
-	var alts []ast.Expr
-	var flatten func(ast.Expr)
-	flatten = func(e ast.Expr) {
-		if b, ok := e.(*ast.BinaryExpr); ok && b.Op == token.OR {
-			flatten(b.X)
-			flatten(b.Y)
-			return
-		}
-		alts = append(alts, e)
-	}
-	flatten(x)
+	alts := disjuncts(x)
 	var rest []ast.Expr
 	def := ""
 	var defExpr ast.Expr
@@ -262,4 +242,12 @@ func Effective(enums Enums) (string, error) {
 		return "", err
 	}
 	return split.text + enums.cue() + split.defaultsCUE(), nil
+}
+
+// disjuncts lists the alternatives of a (possibly nested) `a | b | c`.
+func disjuncts(x ast.Expr) []ast.Expr {
+	if b, ok := x.(*ast.BinaryExpr); ok && b.Op == token.OR {
+		return append(disjuncts(b.X), disjuncts(b.Y)...)
+	}
+	return []ast.Expr{x}
 }
