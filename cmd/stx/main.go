@@ -44,7 +44,9 @@ Recipes are CUE data: stx checks them before any tensor is allocated.
 		ErrWriter:              stderr,
 		HideHelpCommand:        true,
 		UseShortOptionHandling: false,
-		ExitErrHandler:         func(*cli.Context, error) {}, // report() prints and picks the code
+		// --set values are CUE: a list such as [1, 2] must not be split at its commas.
+		DisableSliceFlagSeparator: true,
+		ExitErrHandler:            func(*cli.Context, error) {}, // report() prints and picks the code
 		OnUsageError: func(_ *cli.Context, err error, _ bool) error {
 			return usageError{err}
 		},
@@ -58,6 +60,7 @@ Recipes are CUE data: stx checks them before any tensor is allocated.
 			scoreCommand(),
 			benchCommand(),
 			plotCommand(),
+			runCommand(),
 		},
 	}
 }

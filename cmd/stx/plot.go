@@ -73,7 +73,17 @@ Examples:
 			if len(records) == 0 {
 				return fmt.Errorf("%s holds no metrics yet", metricsPath)
 			}
-			keys, err := plotKeys(records, c.StringSlice("metrics"), metricsPath)
+			// The app keeps commas inside flag values (--set takes CUE lists),
+			// so split the comma-separated metric list here.
+			var wanted []string
+			for _, m := range c.StringSlice("metrics") {
+				for _, k := range strings.Split(m, ",") {
+					if k = strings.TrimSpace(k); k != "" {
+						wanted = append(wanted, k)
+					}
+				}
+			}
+			keys, err := plotKeys(records, wanted, metricsPath)
 			if err != nil {
 				return err
 			}

@@ -1,0 +1,136 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"sort"
+	"syscall"
+
+	"github.com/urfave/cli/v2"
+
+	"stx.dev/stx/engine"
+	"stx.dev/stx/engine/rundir"
+	"stx.dev/stx/schema"
+)
+
+func runCommand() *cli.Command {
+	return &cli.Command{
+		Name:      "run",
+		Usage:     "train a recipe: rollouts, train steps, evaluation, checkpoints",
+		ArgsUsage: "[FILES... | DIR]",
+		Description: `run turns the recipe into a role graph and trains it with the outer loop:
+generate a rollout, num_train_passes train steps on it, push weights to the sampler,
+evaluate and checkpoint at their cadences. Built-in defaults need nothing to download:
+the tiny model and a synthetic task on the CPU.
+
+Everything goes to a run directory (runs/<recipe>-<time>/): config.cue, metrics.jsonl,
+events.jsonl, episodes.jsonl and checkpoints/<rollout>/<role>/ in Hugging Face layout.
+SIGINT or SIGTERM ends the run after the current rollout with a checkpoint (exit 0);
+--resume continues it from its last complete checkpoint.
+
+Examples:
+   stx run recipes.cue -a grpo
+   stx run -a sft --set knobs.num_rollout=20 --runs-dir /tmp/runs
+   stx run --resume runs/grpo-20260101-120000`,
+		Flags: []cli.Flag{
+			recipeFlag(false),
+			setFlag(),
+			&cli.StringFlag{Name: "runs-dir", Value: "runs", EnvVars: []string{"STX_RUNS_DIR"}, Usage: "where run directories are created (`DIR`)"},
+			backendFlag(),
+			&cli.StringFlag{Name: "resume", Usage: "continue the run in `RUN_DIR` from its last complete checkpoint"},
+			&cli.BoolFlag{Name: "quiet", Aliases: []string{"q"}, Usage: "print only the result line"},
+			&cli.BoolFlag{Name: "json", Usage: "print one JSON object per line (start, each rollout, result)"},
+			&cli.BoolFlag{Name: "no-eval-before", Usage: "skip the evaluation before training"},
+		},
+		Action: func(c *cli.Context) error {
+			cat, name, err := runRecipe(c)
+			if err != nil {
+				return err
+			}
+			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			res, err := engine.Run(ctx, cat, name, engine.RunOptions{
+				RunsDir: c.String("runs-dir"), Backend: c.String("backend"), Resume: c.String("resume"),
+				Quiet: c.Bool("quiet"), JSON: c.Bool("json"), NoEvalBefore: c.Bool("no-eval-before"),
+				Out: c.App.Writer,
+			})
+			if err != nil {
+				return err
+			}
+			return printResult(c, name, res)
+		},
+	}
+}
+
+// runRecipe loads the recipe to run. With --resume and no -a, the run's own
+// config.cue is the recipe.
+func runRecipe(c *cli.Context) (*schema.Catalog, string, error) {
+	name := c.String("algorithm")
+	if name != "" {
+		cat, r, err := loadRecipe(c)
+		if err != nil {
+			return nil, "", err
+		}
+		return cat, r.Name, nil
+	}
+	dir := c.String("resume")
+	if dir == "" {
+		return nil, "", usagef(`run needs a recipe: -a NAME (or --resume RUN_DIR)`)
+	}
+	if c.NArg() > 0 {
+		return nil, "", usagef("with --resume and no -a, the recipe is the run's config.cue: give no files")
+	}
+	cat, err := engine.Load([]string{filepath.Join(dir, rundir.ConfigFile)}, schema.Options{
+		Sets: c.StringSlice("set"), Env: os.Environ(), EnvAllow: envAllow})
+	if err != nil {
+		return nil, "", err
+	}
+	if len(cat.Names) != 1 {
+		return nil, "", fmt.Errorf("%s: want one recipe, found %d", filepath.Join(dir, rundir.ConfigFile), len(cat.Names))
+	}
+	return cat, cat.Names[0], nil
+}
+
+func printResult(c *cli.Context, name string, res *engine.Result) error {
+	w := c.App.Writer
+	if c.Bool("json") {
+		out := map[string]any{"kind": "result", "recipe": name, "dir": res.Dir, "rollouts": res.Rollouts,
+			"steps": res.Steps, "interrupted": res.Interrupted}
+		if res.FirstVal != nil {
+			out["val_first"], out["val_last"] = res.FirstVal, res.LastVal
+		}
+		data, err := json.Marshal(out)
+		if err != nil {
+			return fmt.Errorf("result: %w", err)
+		}
+		_, err = fmt.Fprintf(w, "%s\n", data)
+		return err
+	}
+	acc := ""
+	if res.FirstVal != nil {
+		acc = fmt.Sprintf(", val accuracy %.3f → %.3f (reward %.3f → %.3f)", res.FirstVal["val/accuracy"], res.LastVal["val/accuracy"],
+			res.FirstVal["val/reward_mean"], res.LastVal["val/reward_mean"])
+	}
+	state := "done"
+	if res.Interrupted {
+		state = "interrupted"
+	}
+	fmt.Fprintf(w, "%s %s: %d rollouts, %d steps%s; run directory %s\n", name, state, res.Rollouts, res.Steps, acc, res.Dir)
+	if !c.Bool("quiet") {
+		var phases []string
+		for p := range res.Phases {
+			phases = append(phases, p)
+		}
+		sort.Strings(phases)
+		fmt.Fprint(w, "time:")
+		for _, p := range phases {
+			fmt.Fprintf(w, " %s %.1fs", p, res.Phases[p].Seconds())
+		}
+		fmt.Fprintln(w)
+	}
+	return nil
+}

@@ -1,0 +1,90 @@
+package engine
+
+import (
+	"fmt"
+
+	"stx.dev/stx/engine/tasks"
+	"stx.dev/stx/estimators"
+)
+
+// maxValPrompts caps the validation prompts of one evaluation: greedy decoding
+// on the pure-Go backend costs about as much as a rollout per 64 prompts, and
+// 64 prompts resolve accuracy to ±6 points, enough to see learning.
+const maxValPrompts = 64
+
+// evaluator scores the rollout model on the validation split.
+type evaluator struct {
+	gen  *rolloutGen
+	val  []tasks.Example
+	task tasks.Task // set for the flow recipes, whose samples are points
+}
+
+func newEvaluator(gen *rolloutGen, task tasks.Task) *evaluator {
+	val := task.Validation()
+	if len(val) > maxValPrompts {
+		val = val[:maxValPrompts]
+	}
+	// The reference answer of a preference example is its chosen completion.
+	for i := range val {
+		if val[i].Answer == "" {
+			val[i].Answer = val[i].Chosen
+		}
+	}
+	return &evaluator{gen: gen, val: val}
+}
+
+// run completes every validation prompt n_val_samples_per_prompt times
+// (greedily when 1, with the rollout temperature otherwise), scores the
+// completions with the task reward and returns val/accuracy (mean pass@1),
+// val/reward_mean and val/<source>/pass@k.
+func (e *evaluator) run(seed uint64) (map[string]float64, error) {
+	k := e.gen.rec.Knobs
+	if e.gen.flow != nil {
+		return flowEval(e.gen.flow, k, e.gen.reward, e.task, seed)
+	}
+	n := max(k.NValSamplesPerPrompt, 1)
+	var prompts [][]int32
+	for _, ex := range e.val {
+		p := e.gen.enc.prompt(ex.Prompt)
+		for range n {
+			prompts = append(prompts, p)
+		}
+	}
+	if len(prompts) == 0 {
+		return nil, fmt.Errorf("evaluation: the task has no validation examples")
+	}
+	samples, err := e.gen.sampler.Generate(prompts, e.gen.sampleOptions(seed, n == 1))
+	if err != nil {
+		return nil, fmt.Errorf("evaluation: %w", err)
+	}
+	var vs []estimators.ValSample
+	sum := 0.0
+	for i, s := range samples {
+		ex := e.val[i/n]
+		rew, ok := e.gen.reward.Score(e.gen.tok.Decode(s.Tokens), ex)
+		ok = ok || rew >= k.CorrectThreshold // the task's own test, or correct_threshold
+		sum += rew
+		src := ex.DataSource
+		if src == "" {
+			src = estimators.UnknownDataSource
+		}
+		vs = append(vs, estimators.ValSample{DataSource: src, TaskID: ex.ID, Correct: ok})
+	}
+	ks := []int{1}
+	if n > 1 {
+		ks = append(ks, n)
+	}
+	m, err := estimators.ValidationMetrics(vs, ks)
+	if err != nil {
+		return nil, fmt.Errorf("evaluation: %w", err)
+	}
+	correct := 0.0
+	for _, v := range vs {
+		if v.Correct {
+			correct++
+		}
+	}
+	m["val/accuracy"] = correct / float64(len(vs))
+	m["val/reward_mean"] = sum / float64(len(vs))
+	return m, nil
+}

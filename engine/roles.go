@@ -1,0 +1,227 @@
+package engine
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	"stx.dev/stx/estimators"
+	"stx.dev/stx/runtime"
+	"stx.dev/stx/runtime/tokenizer"
+	"stx.dev/stx/schema"
+	"stx.dev/stx/specializations"
+)
+
+// role is one node of the graph with what it runs on: its model, its
+// specialization, a trainer when it is trainable, the frozen in-role reference
+// when init.with_ref is set, and a forward-only producer for the keys it
+// gives other roles (or itself: a critic's rollout-time values).
+type role struct {
+	node    Node
+	index   int
+	spec    specializations.LM
+	model   *runtime.Model
+	dir     string // model directory when loaded from disk ("" for a built-in config)
+	trainer *runtime.Trainer
+	// ref produces ref_log_probs with the frozen copy of the initial weights.
+	ref *specializations.Producer
+	// self produces the role's own keys with its current weights.
+	self *specializations.Producer
+	// flow is set instead of spec, model and trainer for a velocity-model role.
+	flow *flowRole
+}
+
+// trainable reports whether the role takes optimizer steps.
+func (r *role) trainable() bool { return r.trainer != nil || r.flow != nil && r.flow.trainer != nil }
+
+func (r *role) name() string { return r.node.Role.Name }
+
+// builtinModel reports whether a model source names a built-in config.
+func builtinModel(source string) bool {
+	_, ok := runtime.BuiltinConfig(source)
+	return ok
+}
+
+// roleSeed is the initialisation seed of a built-in model source. It is the
+// same for every role, so that a built-in source behaves like a checkpoint
+// directory: roles naming the same source start from the same weights (a
+// dpo_distributed reference equals the initial policy). Value heads get a
+// seed of their own per role.
+func roleSeed(k schema.Knobs, i int) uint64 { return uint64(k.Seed) + 1 + uint64(i)*7919 }
+
+func sourceSeed(k schema.Knobs) uint64 { return uint64(k.Seed) + 1 }
+
+// openModel opens a role's weights: model.source (a built-in config, seeded
+// per role, or a Hugging Face directory), or, with model.init_from, the same
+// initial weights as the named role. init.value_head adds a scalar head.
+func openModel(rec *schema.Recipe, i int) (*runtime.Model, string, error) {
+	r := rec.Roles[i]
+	src := r.Model.Source
+	if from := r.Model.InitFrom; from != "" {
+		j := slices.IndexFunc(rec.Roles, func(x schema.Role) bool { return x.Name == from })
+		if j < 0 {
+			return nil, "", fmt.Errorf("role %q: init_from %q is not a role", r.Name, from)
+		}
+		src = rec.Roles[j].Model.Source
+	}
+	if src == "" {
+		src = "tiny"
+	}
+	m, err := runtime.OpenModel(src, sourceSeed(rec.Knobs))
+	if err != nil {
+		return nil, "", fmt.Errorf("role %q: model %q: %w", r.Name, src, err)
+	}
+	dir := ""
+	if !builtinModel(src) {
+		dir = src
+	}
+	needHead := r.InitBool("value_head") || r.Specialization == "critic" || r.Specialization == "reward_model"
+	if needHead {
+		if err := m.AddValueHead(roleSeed(rec.Knobs, i) + 1); err != nil {
+			return nil, "", fmt.Errorf("role %q: value head: %w", r.Name, err)
+		}
+	}
+	return m, dir, nil
+}
+
+// buildRoles creates the runtime side of every node. total is the number of
+// optimizer steps the schedule spans.
+func buildRoles(b *runtime.Backend, g *Graph, total int) ([]*role, error) {
+	rec := g.Recipe
+	var roles []*role
+	for i, n := range g.Nodes {
+		spec, err := specializations.New(specializations.RoleConfig{Role: n.Role, Knobs: rec.Knobs})
+		if err != nil {
+			return nil, fmt.Errorf("role %q: %w", n.Role.Name, err)
+		}
+		if fs, ok := spec.(specializations.Flow); ok {
+			f, err := newFlowRole(b, rec, n, fs)
+			if err != nil {
+				return nil, err
+			}
+			roles = append(roles, &role{node: n, index: i, flow: f})
+			continue
+		}
+		lm, ok := spec.(specializations.LM)
+		if !ok {
+			return nil, fmt.Errorf("role %q: specialization %q is not a language-model specialization; neither a language-model nor a velocity-model specialization", n.Role.Name, n.Role.Specialization)
+		}
+		m, dir, err := openModel(rec, i)
+		if err != nil {
+			return nil, err
+		}
+		r := &role{node: n, index: i, spec: lm, model: m, dir: dir}
+		if n.Role.Trainable && slices.Contains(n.Requires, specializations.KeyRefLogProbs) && n.Role.InitBool("with_ref") {
+			ref, err := specializations.NewReference(m)
+			if err != nil {
+				return nil, fmt.Errorf("role %q: reference: %w", n.Role.Name, err)
+			}
+			if r.ref, err = specializations.NewProducer(b, lm, ref); err != nil {
+				return nil, fmt.Errorf("role %q: reference: %w", n.Role.Name, err)
+			}
+		}
+		if len(n.Produces) > 0 {
+			if r.self, err = specializations.NewProducer(b, lm, m); err != nil {
+				return nil, fmt.Errorf("role %q: producer: %w", n.Role.Name, err)
+			}
+		}
+		if n.Role.Trainable {
+			cfg, err := trainerConfig(rec.Knobs, total)
+			if err != nil {
+				return nil, err
+			}
+			if r.trainer, err = runtime.NewTrainer(b, m, lm.Loss(), cfg); err != nil {
+				return nil, fmt.Errorf("role %q: trainer: %w", n.Role.Name, err)
+			}
+		} else {
+			m.SetTrainable(false)
+		}
+		roles = append(roles, r)
+	}
+	return roles, nil
+}
+
+// schedule is the LR schedule of the knobs over total optimizer steps. It is
+// rebuilt from the running recipe at each rollout boundary (hot knobs).
+func schedule(k schema.Knobs, total int) runtime.Schedule {
+	s := runtime.Schedule{Kind: k.LRSchedule, BaseLR: k.LR, TotalSteps: total, WarmupSteps: -1,
+		WarmupRatio: k.WarmupRatio, MinLRRatio: k.MinLRRatio}
+	if k.WarmupSteps != nil {
+		s.WarmupSteps = *k.WarmupSteps
+	}
+	return s
+}
+
+func trainerConfig(k schema.Knobs, total int) (runtime.TrainerConfig, error) {
+	cfg := runtime.TrainerConfig{
+		AdamW: runtime.AdamW{Beta1: k.AdamBeta1, Beta2: k.AdamBeta2, Eps: k.AdamEps,
+			WeightDecay: k.WeightDecay, NoDecayNormsAndBiases: true},
+		Schedule:    schedule(k, total),
+		MaxGradNorm: k.MaxGradNorm,
+	}
+	if err := cfg.AdamW.Validate(); err != nil {
+		return cfg, fmt.Errorf("optimizer knobs: %w", err)
+	}
+	if err := cfg.Schedule.Validate(); err != nil {
+		return cfg, fmt.Errorf("lr schedule knobs: %w", err)
+	}
+	return cfg, nil
+}
+
+// roleTokenizer is the tokenizer of the rollout model: byte-level for the
+// built-in configs (and checkpoints saved from them), tokenizer.json of a
+// checkpoint directory otherwise.
+func roleTokenizer(r *role) (tokenizer.Tokenizer, error) {
+	tok, err := runtime.ModelTokenizer(r.model, r.dir)
+	if err != nil {
+		return nil, fmt.Errorf("role %q: %w", r.name(), err)
+	}
+	return tok, nil
+}
+
+// produceInto runs p on a copy of data and copies the keys into data under
+// the names of rename (wide columns key/0.. included), so a producer's other
+// outputs never overwrite columns of data.
+func produceInto(p *specializations.Producer, data *estimators.Rollout, opts specializations.BatchOptions, keys, targets []string) error {
+	all := make([]int, data.Len())
+	for i := range all {
+		all[i] = i
+	}
+	tmp, err := data.Select(all)
+	if err != nil {
+		return err
+	}
+	rename := map[string]string{}
+	for i, k := range keys {
+		rename[k] = targets[i]
+	}
+	if err := p.Produce(tmp, opts, rename); err != nil {
+		return err
+	}
+	if data.Tok == nil {
+		data.Tok = map[string][][]float32{}
+	}
+	if data.Row == nil {
+		data.Row = map[string][]float64{}
+	}
+	for _, name := range targets {
+		found := false
+		for k, col := range tmp.Tok {
+			if k == name || strings.HasPrefix(k, name+"/") {
+				data.Tok[k], found = col, true
+			}
+		}
+		for k, col := range tmp.Row {
+			if k == name || strings.HasPrefix(k, name+"/") {
+				data.Row[k], found = col, true
+			}
+		}
+		if name == specializations.KeyRewards && tmp.Reward != nil {
+			data.Reward, found = tmp.Reward, true
+		}
+		if !found {
+			return fmt.Errorf("producer gave no %q", name)
+		}
+	}
+	return nil
+}

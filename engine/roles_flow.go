@@ -1,0 +1,271 @@
+package engine
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+
+	"github.com/gomlx/gomlx/pkg/core/tensors"
+	"github.com/gomlx/gomlx/pkg/ml/context"
+
+	graph "github.com/gomlx/gomlx/pkg/core/graph"
+
+	"stx.dev/stx/engine/tasks"
+	"stx.dev/stx/estimators"
+	"stx.dev/stx/runtime"
+	"stx.dev/stx/runtime/safetensors"
+	"stx.dev/stx/schema"
+	"stx.dev/stx/specializations"
+	"stx.dev/stx/specializations/velocity"
+)
+
+// flowValSamples is the number of points an evaluation of a flow role draws.
+const flowValSamples = 256
+
+// flowHidden is the width of the built-in velocity MLP ("flow_mlp").
+const flowHidden = 64
+
+// flowRole is the runtime side of a velocity-model role (flow, flow_actor).
+type flowRole struct {
+	spec    specializations.Flow
+	model   *velocity.Model
+	trainer *velocity.Trainer
+	// steps counts the optimizer steps taken (the velocity trainer keeps no counter).
+	steps int
+	lr    float64
+	// vel evaluates v_θ(x, σ) for the samplers.
+	vel *velocity.Evaluator
+	// prod computes the step log-probs of transitions (the sampler's log-probs).
+	prod *specializations.FlowProducer
+}
+
+// newFlowRole builds a velocity-model role. Its model.source must be the
+// built-in "flow_mlp" (2-D data, two hidden layers of flowHidden).
+func newFlowRole(b *runtime.Backend, rec *schema.Recipe, n Node, spec specializations.Flow) (*flowRole, error) {
+	if src := n.Role.Model.Source; src != "flow_mlp" {
+		return nil, fmt.Errorf("role %q: a velocity-model role needs model.source \"flow_mlp\", got %q", n.Role.Name, src)
+	}
+	m, err := velocity.NewModel(velocity.Config{Dim: 2, Hidden: flowHidden}, sourceSeed(rec.Knobs))
+	if err != nil {
+		return nil, fmt.Errorf("role %q: %w", n.Role.Name, err)
+	}
+	k := rec.Knobs
+	f := &flowRole{spec: spec, model: m, lr: k.LR}
+	if n.Role.Trainable {
+		if f.trainer, err = velocity.NewTrainer(b, m, spec.Loss(), velocity.Adam{LR: k.LR, Beta1: k.AdamBeta1, Beta2: k.AdamBeta2, Eps: k.AdamEps}); err != nil {
+			return nil, fmt.Errorf("role %q: trainer: %w", n.Role.Name, err)
+		}
+	}
+	velocityFn := func(ctx *context.Context, m *velocity.Model, batch map[string]*graph.Node) map[string]*graph.Node {
+		return map[string]*graph.Node{"v": m.Forward(ctx, batch["x"], batch["sigma"])}
+	}
+	if f.vel, err = velocity.NewEvaluator(b, m, velocityFn); err != nil {
+		return nil, fmt.Errorf("role %q: %w", n.Role.Name, err)
+	}
+	if _, ok := spec.(*specializations.FlowActor); ok {
+		if f.prod, err = specializations.NewFlowProducer(b, spec, m); err != nil {
+			return nil, fmt.Errorf("role %q: %w", n.Role.Name, err)
+		}
+	}
+	return f, nil
+}
+
+// velocityAt evaluates v_θ at points xs (N×D, row-major) and noise levels sigma.
+func (f *flowRole) velocityAt(xs []float32, sigma []float32) ([]float32, error) {
+	n := len(sigma)
+	out, err := f.vel.Run(map[string]*tensors.Tensor{
+		"x":     tensors.FromFlatDataAndDimensions(append([]float32{}, xs...), n, len(xs)/n),
+		"sigma": tensors.FromFlatDataAndDimensions(append([]float32{}, sigma...), n),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("velocity: %w", err)
+	}
+	return tensors.CopyFlatData[float32](out["v"])
+}
+
+// step takes one optimizer step; the velocity trainer reports no gradient norm.
+func (f *flowRole) step(mbs []map[string]*tensors.Tensor) (runtime.StepResult, error) {
+	res, err := f.trainer.Step(mbs)
+	if err != nil {
+		return runtime.StepResult{}, err
+	}
+	f.steps++
+	return runtime.StepResult{Step: f.steps - 1, LR: f.lr, Loss: res.Loss, Metrics: res.Metrics}, nil
+}
+
+// save writes the velocity model's weights as model.safetensors in dir.
+func (f *flowRole) save(dir string) error {
+	var ts []safetensors.Tensor
+	for _, v := range f.model.Variables() {
+		t, err := v.Value()
+		if err != nil {
+			return err
+		}
+		data, err := tensors.CopyFlatData[float32](t)
+		if err != nil {
+			return err
+		}
+		ts = append(ts, safetensors.FromFloat32(v.Name(), v.Shape().Dimensions, data))
+	}
+	return safetensors.WriteDir(dir, ts, 0)
+}
+
+// euler integrates the probability-flow ODE from noise (σ = 1) to data
+// (σ = 0) in flow_steps Euler steps for n points drawn from seed.
+func (f *flowRole) euler(n, steps int, seed uint64) ([]float32, error) {
+	rng := rand.New(rand.NewPCG(seed, 0xf10))
+	x := make([]float32, 2*n)
+	for i := range x {
+		x[i] = float32(rng.NormFloat64())
+	}
+	sig := make([]float32, n)
+	for k := range steps {
+		s, sn := 1-float64(k)/float64(steps), 1-float64(k+1)/float64(steps)
+		for i := range sig {
+			sig[i] = float32(s)
+		}
+		v, err := f.velocityAt(x, sig)
+		if err != nil {
+			return nil, err
+		}
+		for i := range x {
+			x[i] += float32(sn-s) * v[i]
+		}
+	}
+	return x, nil
+}
+
+// flowRollout samples rollout_batch_size groups of n_samples_per_prompt
+// trajectories with the SDE sampler of ALGORITHMS.md H; each transition is a
+// row (trajectories = x, x_next, σ, σ_next), its reward that of the final
+// point, its sampler_log_probs the step log-prob under the sampling weights.
+func (f *flowRole) flowRollout(k schema.Knobs, reward *tasks.Reward, role string, seed uint64) (*batch, error) {
+	G, n, K := k.RolloutBatchSize, max(k.NSamplesPerPrompt, 1), max(k.FlowSteps, 1)
+	N, a := G*n, k.FlowNoiseLevel
+	sigmaMax := 1 - 1/float64(K)
+	rng := rand.New(rand.NewPCG(seed, 0xf1a))
+	x := make([]float32, 2*N)
+	for i := range x {
+		x[i] = float32(rng.NormFloat64())
+	}
+	type tr struct{ x, xn [2]float32 }
+	trans := make([][]tr, K)
+	sig := make([]float32, N)
+	for step := range K {
+		s, sn := 1-float64(step)/float64(K), 1-float64(step+1)/float64(K)
+		for i := range sig {
+			sig[i] = float32(s)
+		}
+		v, err := f.velocityAt(x, sig)
+		if err != nil {
+			return nil, err
+		}
+		den := s
+		if den >= 1 {
+			den = sigmaMax
+		}
+		dt := sn - s
+		st := a * math.Sqrt(s/(1-den))
+		std := st * math.Sqrt(-dt)
+		trans[step] = make([]tr, N)
+		for i := range N {
+			var t tr
+			for d := range 2 {
+				xi, vi := float64(x[2*i+d]), float64(v[2*i+d])
+				mean := xi + (vi+a*a/2/(1-den)*(xi+(1-s)*vi))*dt
+				t.x[d] = x[2*i+d]
+				x[2*i+d] = float32(mean + std*rng.NormFloat64())
+				t.xn[d] = x[2*i+d]
+			}
+			trans[step][i] = t
+		}
+	}
+	d := &estimators.Rollout{Row: map[string][]float64{}}
+	out := &batch{metrics: map[string]float64{}}
+	traj := make([][]float32, 0, N*K)
+	for i := range N {
+		rew, ok, err := reward.ScorePoint(x[2*i : 2*i+2])
+		if err != nil {
+			return nil, err
+		}
+		c := 0.0
+		if ok {
+			c = 1
+		}
+		for step := range K {
+			t := trans[step][i]
+			s, sn := 1-float64(step)/float64(K), 1-float64(step+1)/float64(K)
+			traj = append(traj, []float32{t.x[0], t.x[1], t.xn[0], t.xn[1], float32(s), float32(sn)})
+			d.Tokens = append(d.Tokens, []int32{})
+			d.Reward = append(d.Reward, rew)
+			d.GroupID = append(d.GroupID, fmt.Sprintf("g%d", i/n))
+			d.TaskID = append(d.TaskID, fmt.Sprintf("g%d", i/n))
+			d.Role = append(d.Role, role)
+			d.DataSource = append(d.DataSource, "mixture2d")
+			d.Traj = append(d.Traj, i)
+			d.Row[estimators.KeyIsCorrect] = append(d.Row[estimators.KeyIsCorrect], c)
+		}
+		out.genTokens += K
+	}
+	if err := specializations.SetRowVectors(d, specializations.KeyTrajectories, traj); err != nil {
+		return nil, err
+	}
+	if err := f.prod.Produce(d, specializations.BatchOptions{MicroBatchSize: k.MicroBatchSize},
+		map[string]string{specializations.KeyStepLogProbs: specializations.KeySamplerLogProbs}); err != nil {
+		return nil, fmt.Errorf("sampler log-probs: %w", err)
+	}
+	out.data = d
+	return out, nil
+}
+
+// flowSamples lays out dataset points as rows with the wide samples column.
+func flowSamples(exs []tasks.Example, role string) (*batch, error) {
+	d := &estimators.Rollout{Row: map[string][]float64{}}
+	pts := make([][]float32, 0, len(exs))
+	for _, ex := range exs {
+		d.Tokens = append(d.Tokens, []int32{})
+		d.TaskID = append(d.TaskID, ex.ID)
+		d.Role = append(d.Role, role)
+		pts = append(pts, ex.Point)
+	}
+	if err := specializations.SetRowVectors(d, specializations.KeySamples, pts); err != nil {
+		return nil, err
+	}
+	return &batch{data: d, exs: exs, metrics: map[string]float64{}}, nil
+}
+
+// flowEval draws 256 points with the Euler ODE sampler and scores them with
+// the task reward: val/accuracy is the fraction within 3σ of a target mode,
+// val/log_density the mixture's mean log-density at the points.
+func flowEval(f *flowRole, k schema.Knobs, reward *tasks.Reward, task tasks.Task, seed uint64) (map[string]float64, error) {
+	const n = flowValSamples
+	pts, err := f.euler(n, max(k.FlowSteps, 1), seed)
+	if err != nil {
+		return nil, err
+	}
+	m := map[string]float64{}
+	sum, correct, dens := 0.0, 0.0, 0.0
+	mix, isMix := task.(*tasks.Mixture)
+	for i := range n {
+		r, ok, err := reward.ScorePoint(pts[2*i : 2*i+2])
+		if err != nil {
+			return nil, err
+		}
+		sum += r
+		if ok {
+			correct++
+		}
+		if isMix {
+			ld, err := mix.LogDensity(pts[2*i : 2*i+2])
+			if err != nil {
+				return nil, err
+			}
+			dens += ld
+		}
+	}
+	m["val/accuracy"], m["val/reward_mean"] = correct/n, sum/n
+	if isMix {
+		m["val/log_density"] = dens / n
+	}
+	return m, nil
+}

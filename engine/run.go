@@ -1,0 +1,577 @@
+package engine
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"time"
+
+	"stx.dev/stx/engine/rundir"
+	"stx.dev/stx/engine/tasks"
+	"stx.dev/stx/estimators"
+	"stx.dev/stx/runtime"
+	"stx.dev/stx/schema"
+	"stx.dev/stx/specializations"
+)
+
+// RunOptions are the settings of a run that are not part of the recipe.
+type RunOptions struct {
+	// RunsDir is where new run directories are created ("runs" when empty).
+	RunsDir string
+	// Backend is the compute backend spec (see runtime.NewBackend; "" picks the default).
+	Backend string
+	// Resume is a run directory to continue from its last complete checkpoint.
+	Resume string
+	// Quiet prints only the start and end lines; JSON prints one JSON object per line instead
+	// of text.
+	Quiet, JSON bool
+	// NoEvalBefore skips the evaluation before training that eval_before_train asks for.
+	NoEvalBefore bool
+	// Out receives the console output (nil: discarded).
+	Out io.Writer
+	// Now is the clock naming a new run directory (nil: time.Now).
+	Now func() time.Time
+}
+
+// Result is what a finished run reports.
+type Result struct {
+	// Dir is the run directory.
+	Dir string
+	// Steps is the number of optimizer steps taken (over all rollouts, resumed ones included).
+	Steps int
+	// Rollouts is the number of rollouts completed.
+	Rollouts int
+	// Interrupted is true when a signal (ctx cancellation) ended the run early.
+	Interrupted bool
+	// FirstVal and LastVal are the first and last evaluation metrics of this process (nil without one).
+	FirstVal, LastVal map[string]float64
+	// Phases is the total wall time of each phase (generate, sync, train, update_weights,
+	// eval, checkpoint) in this process.
+	Phases map[string]time.Duration
+}
+
+// engineFile is the loop's own state in every checkpoint.
+const engineFile = "engine.json"
+
+// loopState is what a checkpoint needs beyond the roles' trainers to continue
+// exactly where the run was: the next rollout, the step counter, the data
+// position and the sampler's RNG.
+type loopState struct {
+	Rollout int    `json:"rollout"` // the rollout the checkpoint completed
+	Step    int    `json:"step"`
+	Cursor  int    `json:"cursor"`
+	RNG     []byte `json:"rng"`
+}
+
+// ErrNonFinite is returned (wrapped) when a loss or gradient norm is NaN or infinite.
+var ErrNonFinite = errors.New("non-finite loss or gradient")
+
+// Run trains recipe name of cat with the outer loop of DESIGN.md and returns
+// where it wrote its run directory. Cancelling ctx (SIGINT/SIGTERM) ends the
+// run after the current rollout with a checkpoint and no error.
+func Run(ctx context.Context, cat *schema.Catalog, name string, opts RunOptions) (*Result, error) {
+	rec, ok := cat.Recipes[name]
+	if !ok {
+		return nil, fmt.Errorf("no valid recipe %q", name)
+	}
+	l, err := newLoop(rec, opts)
+	if err != nil {
+		return nil, err
+	}
+	defer l.close()
+	return l.run(ctx)
+}
+
+// loop is one run in progress.
+type loop struct {
+	rec     *schema.Recipe
+	g       *Graph
+	opts    RunOptions
+	con     *console
+	backend *runtime.Backend
+	dir     *rundir.Dir
+	roles   []*role
+	byName  map[string]*role
+	primary *role // the first trainable role: its kind of data is generated
+	gen     *rolloutGen
+	eval    *evaluator
+	rng     *rand.PCG
+	state   loopState
+	start   int // first rollout of this process
+	total   int // optimizer steps the schedule spans
+	unit    int // rows that stay together when reshuffling (2 for pairs)
+	res     Result
+	last    map[string]float64 // the last rollout's final metrics record (console)
+	// rowAdv are the primary role's per-row advantages of the current
+	// rollout's first pass (rows in generation order), for episodes.jsonl.
+	rowAdv []float64
+}
+
+func newLoop(rec *schema.Recipe, opts RunOptions) (*loop, error) {
+	g, probs := BuildGraph(rec)
+	if len(probs) > 0 {
+		return nil, fmt.Errorf("recipe %s: %s: %s", rec.Name, probs[0].Path, probs[0].Msg)
+	}
+	l := &loop{rec: rec, g: g, opts: opts, con: &console{w: opts.Out, quiet: opts.Quiet, json: opts.JSON},
+		res: Result{Phases: map[string]time.Duration{}}}
+	var err error
+	if l.backend, err = runtime.NewBackend(opts.Backend); err != nil {
+		return nil, err
+	}
+	k := rec.Knobs
+	l.unit = 1
+	kind := specializations.DataKind("")
+	for _, n := range g.Nodes {
+		if n.Role.Trainable {
+			kind = n.Contract.Data
+			break
+		}
+	}
+	if kind == specializations.DataPreference {
+		l.unit = 2
+	}
+	l.total = k.TotalBatches
+	if l.total <= 0 {
+		l.total = k.NumRollout * max(k.NumTrainPasses, 1) * l.stepsPerPass(l.expectedRows(kind))
+	}
+	if l.roles, err = buildRoles(l.backend, g, max(l.total, 1)); err != nil {
+		return nil, err
+	}
+	l.byName = map[string]*role{}
+	for _, r := range l.roles {
+		l.byName[r.name()] = r
+		if l.primary == nil && r.trainable() {
+			l.primary = r
+		}
+	}
+	if l.primary == nil {
+		return nil, fmt.Errorf("recipe %s has no trainable role", rec.Name)
+	}
+	task, err := tasks.New(rec.Task, k.Seed)
+	if err != nil {
+		return nil, fmt.Errorf("task %s: %w", rec.Task.Name, err)
+	}
+	reward, err := tasks.NewReward(rec.Task.Reward, task)
+	if err != nil {
+		return nil, fmt.Errorf("task %s reward: %w", rec.Task.Name, err)
+	}
+	// The rollout model is the role that pushes its weights to the sampler.
+	rollout := l.primary
+	for _, r := range l.roles {
+		if r.node.Role.SyncToRollout {
+			rollout = r
+			break
+		}
+	}
+	train := task.Train()
+	if len(train) == 0 {
+		return nil, fmt.Errorf("task %s has no training examples", rec.Task.Name)
+	}
+	if rollout.flow != nil {
+		l.gen = &rolloutGen{rec: rec, kind: kind, role: l.primary.name(), feed: &feeder{train: train, seed: uint64(k.Seed)},
+			reward: reward, flow: rollout.flow}
+		l.eval = &evaluator{gen: l.gen, task: task}
+		l.rng = rand.NewPCG(uint64(k.Seed), 0x5a3b1e)
+		return l, nil
+	}
+	tok, err := roleTokenizer(rollout)
+	if err != nil {
+		return nil, err
+	}
+	sampler, err := runtime.NewSampler(l.backend, rollout.model)
+	if err != nil {
+		return nil, fmt.Errorf("sampler: %w", err)
+	}
+	l.gen = &rolloutGen{rec: rec, kind: kind, role: l.primary.name(), feed: &feeder{train: train, seed: uint64(k.Seed)},
+		enc: encoder{tok: tok, maxPrompt: k.MaxPromptTokens}, reward: reward, sampler: sampler, tok: tok,
+		remax: k.EstimatorFor(l.primary.name()) == estimators.ReMax}
+	if t := l.primary.node.Role.InitString("teacher"); t != "" && l.byName[t] != nil {
+		if l.gen.teacher, err = runtime.NewSampler(l.backend, l.byName[t].model); err != nil {
+			return nil, fmt.Errorf("teacher sampler: %w", err)
+		}
+	}
+	if l.primary.node.Contract.Name == "aggrevate" {
+		l.gen.candidates = max(k.AggrevateCandidates, 1)
+		l.unit = l.gen.candidates
+	}
+	l.eval = newEvaluator(l.gen, task)
+	l.rng = rand.NewPCG(uint64(k.Seed), 0x5a3b1e)
+	return l, nil
+}
+
+// expectedRows is the number of rows a rollout holds before rejection.
+func (l *loop) expectedRows(kind specializations.DataKind) int {
+	k := l.rec.Knobs
+	switch kind {
+	case specializations.DataSFT:
+		return k.RolloutBatchSize
+	case specializations.DataPreference:
+		return 2 * k.RolloutBatchSize
+	case specializations.DataKTO:
+		return 0 // one step over the labelled and mismatched rows
+	case specializations.DataFlowRL:
+		return k.RolloutBatchSize * max(k.NSamplesPerPrompt, 1) * max(k.FlowSteps, 1)
+	}
+	return k.RolloutBatchSize * max(k.NSamplesPerPrompt, 1)
+}
+
+// stepsPerPass is the number of optimizer steps over rows rows.
+func (l *loop) stepsPerPass(rows int) int {
+	tb := l.rowsPerStep()
+	if rows <= 0 || tb <= 0 {
+		return 1
+	}
+	return (rows + tb - 1) / tb
+}
+
+// rowsPerStep is the mini-batch of one optimizer step, a whole number of units.
+func (l *loop) rowsPerStep() int {
+	tb := l.rec.Knobs.TrainBatch()
+	if l.gen != nil && l.gen.kind == specializations.DataKTO {
+		return 0 // KTO's mismatched rows must share a step with their examples
+	}
+	if l.unit > 1 {
+		tb = max(tb/l.unit, 1) * l.unit
+	}
+	return tb
+}
+
+func (l *loop) close() {
+	if l.dir != nil {
+		l.dir.Close()
+	}
+}
+
+// openDir creates the run directory or reopens the one to resume, restoring
+// the trainers and the loop state from its last complete checkpoint.
+func (l *loop) openDir() error {
+	k := l.rec.Knobs
+	text, err := RecipeCUE(l.rec)
+	if err != nil {
+		return err
+	}
+	if l.opts.Resume == "" {
+		now := time.Now
+		if l.opts.Now != nil {
+			now = l.opts.Now
+		}
+		root := l.opts.RunsDir
+		if root == "" {
+			root = "runs"
+		}
+		if l.dir, err = rundir.Create(root, l.rec.Name, now()); err != nil {
+			return err
+		}
+		if err := l.dir.WriteRecipe(1, text); err != nil {
+			return err
+		}
+		l.state.Rollout = -1
+		return l.dir.LogEvent(rundir.Event{Type: rundir.EventRunStart, Rollout: 0, Version: 1,
+			Message: l.backend.Describe()})
+	}
+	if l.dir, err = rundir.Open(l.opts.Resume); err != nil {
+		return err
+	}
+	for _, n := range l.dir.Notes() {
+		l.con.printf("resume: %s\n", n)
+	}
+	if err := l.dir.WriteRecipe(1, text); err != nil {
+		return fmt.Errorf("resume %s: the recipe differs from the one the run started with: %w", l.opts.Resume, err)
+	}
+	if _, err := l.dir.Clean(); err != nil {
+		return err
+	}
+	cp, ok, err := l.dir.Latest()
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return fmt.Errorf("resume %s: no complete checkpoint", l.opts.Resume)
+	}
+	if err := cp.Verify(); err != nil {
+		return fmt.Errorf("resume %s: %w", l.opts.Resume, err)
+	}
+	data, err := os.ReadFile(filepath.Join(cp.Path, engineFile))
+	if err != nil {
+		return fmt.Errorf("resume: %w", err)
+	}
+	if err := json.Unmarshal(data, &l.state); err != nil {
+		return fmt.Errorf("resume: %s: %w", engineFile, err)
+	}
+	for _, r := range l.roles {
+		if r.flow != nil && r.flow.trainer != nil {
+			return fmt.Errorf("resume role %q: velocity-model roles cannot resume yet: their trainer does not expose its optimizer state", r.name())
+		}
+		if r.trainer == nil {
+			continue
+		}
+		if _, err := r.trainer.LoadCheckpoint(cp.RolePath(r.name())); err != nil {
+			return fmt.Errorf("resume role %q: %w", r.name(), err)
+		}
+		// The schedule follows the running recipe, not the saved one.
+		if err := r.trainer.SetSchedule(schedule(k, max(l.total, 1))); err != nil {
+			return err
+		}
+	}
+	if err := l.rng.UnmarshalBinary(l.state.RNG); err != nil {
+		return fmt.Errorf("resume: rng: %w", err)
+	}
+	l.gen.feed.Cursor = l.state.Cursor
+	if err := l.dir.TruncateMetricsAfter(l.state.Step); err != nil {
+		return err
+	}
+	if err := l.dir.TruncateEpisodesAfter(l.state.Rollout); err != nil {
+		return err
+	}
+	l.con.printf("resuming %s from the checkpoint of rollout %d (step %d)\n", l.dir.Path(), l.state.Rollout+1, l.state.Step)
+	return l.dir.LogEvent(rundir.Event{Type: rundir.EventRunResume, Rollout: l.state.Rollout, Checkpoint: cp.Path})
+}
+
+func (l *loop) run(ctx context.Context) (res *Result, err error) {
+	if err := l.openDir(); err != nil {
+		return nil, err
+	}
+	l.res.Dir = l.dir.Path()
+	k := l.rec.Knobs
+	l.con.printf("stx run %s: %s\n", l.rec.Name, l.backend.Describe())
+	l.con.printf("run directory %s\n", l.dir.Path())
+	l.con.event("start", map[string]any{"recipe": l.rec.Name, "dir": l.dir.Path(), "backend": l.backend.Describe()})
+	defer func() {
+		msg := "completed"
+		if err != nil {
+			msg = err.Error()
+		} else if l.res.Interrupted {
+			msg = "interrupted"
+		}
+		l.dir.LogEvent(rundir.Event{Type: rundir.EventRunEnd, Rollout: l.state.Rollout, Message: msg})
+	}()
+	l.start = l.state.Rollout + 1
+	if l.start == 0 && (k.EvalBeforeTrain && !l.opts.NoEvalBefore || k.EvalOnly) {
+		m, err := l.evaluate(0)
+		if err != nil {
+			return nil, err
+		}
+		if err := l.dir.LogMetrics(0, m); err != nil {
+			return nil, err
+		}
+		what := fmt.Sprintf("%d prompts", len(l.eval.val))
+		if l.gen.flow != nil {
+			what = fmt.Sprintf("%d samples", flowValSamples)
+		}
+		l.con.printf("validation before training: accuracy %.3f (%s)\n", m["val/accuracy"], what)
+		if k.EvalOnly {
+			return &l.res, nil
+		}
+	}
+	begin := time.Now()
+	saved, done := l.state.Rollout, l.state.Rollout
+	for id := l.start; id < k.NumRollout; id++ {
+		if k.TotalBatches > 0 && l.state.Step >= k.TotalBatches {
+			break
+		}
+		if err := l.rollout(id); err != nil {
+			return nil, err
+		}
+		done = id
+		l.res.Rollouts++
+		n := id + 1 - l.start
+		eta := time.Duration(float64(time.Since(begin)) / float64(n) * float64(k.NumRollout-id-1))
+		l.con.progress(id, k.NumRollout, l.last, time.Since(begin), eta)
+		interrupted := ctx.Err() != nil
+		last := id == k.NumRollout-1 || (k.TotalBatches > 0 && l.state.Step >= k.TotalBatches)
+		if (k.SaveEvery > 0 && (id+1)%k.SaveEvery == 0) || last || interrupted {
+			if err := l.save(id); err != nil {
+				return nil, err
+			}
+			saved = id
+		}
+		l.applyPendingReload(id)
+		if interrupted {
+			l.res.Interrupted = true
+			l.con.printf("interrupted: checkpoint of rollout %d saved in %s\n", id+1, l.dir.Path())
+			break
+		}
+	}
+	if done > saved {
+		if err := l.save(done); err != nil {
+			return nil, err
+		}
+	}
+	l.res.Steps = l.state.Step
+	return &l.res, nil
+}
+
+// applyPendingReload is the rollout boundary where hot-reloaded knobs will
+// take effect (engine/reload, a later issue). The loop, the rollout side and
+// the specializations' batch options read knobs from l.rec at each rollout;
+// a reload replaces l.rec here and hands the trainers the new schedule
+// (Trainer.SetSchedule). Knobs the specializations captured at construction
+// (loss coefficients) need their roles rebuilt, which that issue decides.
+func (l *loop) applyPendingReload(int) {}
+
+// evaluate runs validation with the current rollout model.
+func (l *loop) evaluate(id int) (map[string]float64, error) {
+	t := time.Now()
+	m, err := l.eval.run(uint64(l.rec.Knobs.Seed) ^ 0xe7a1)
+	l.res.Phases["eval"] += time.Since(t)
+	if err != nil {
+		return nil, err
+	}
+	if l.res.FirstVal == nil {
+		l.res.FirstVal = m
+	}
+	l.res.LastVal = m
+	if err := l.dir.LogEvent(rundir.Event{Type: rundir.EventEval, Rollout: id, Metrics: m}); err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+// rollout is one iteration of the outer loop: generate, num_train_passes
+// train steps (pass > 0 on reshuffled data), update weights, evaluate at the
+// cadence; the metrics of its optimizer steps are logged at its end.
+func (l *loop) rollout(id int) error {
+	k := l.rec.Knobs
+	t0 := time.Now()
+	l.rowAdv = nil
+	seed := l.rng.Uint64()
+	b, err := l.gen.generate(id, seed)
+	if err != nil {
+		return err
+	}
+	if name := l.rec.Task.RewardRole; name != "" && b.data.Len() > 0 {
+		// The reward role scores the rollout instead of the task's reward functions.
+		rr := l.byName[name]
+		if rr == nil || rr.self == nil {
+			return fmt.Errorf("task.reward_role %q is not a role that produces rewards", name)
+		}
+		if err := produceInto(rr.self, b.data, l.batchOptions(rr, id), []string{specializations.KeyRewards}, []string{specializations.KeyRewards}); err != nil {
+			return fmt.Errorf("reward role %q: %w", name, err)
+		}
+	}
+	tGen := time.Since(t0)
+	l.res.Phases["generate"] += tGen
+	base := map[string]float64{"rollout": float64(id), "epoch": l.gen.feed.epoch()}
+	for name, v := range b.metrics {
+		base[name] = v
+	}
+	if l.gen.kind == specializations.DataRL || l.gen.kind == specializations.DataImitation || l.gen.kind == specializations.DataFlowRL {
+		for name, v := range rewardMetrics(b.data) {
+			base[name] = v
+		}
+	}
+	var records []map[string]float64
+	var tSync, tTrain time.Duration
+	trainTokens := 0
+	passes := max(k.NumTrainPasses, 1)
+	if b.data.Len() == 0 {
+		// Dynamic sampling kept nothing within max_num_gen_batches: skip the step.
+		passes = 0
+		if err := l.dir.LogEvent(rundir.Event{Type: "step_skipped", Rollout: id, Message: "no group survived rejection"}); err != nil {
+			return err
+		}
+	}
+	for pass := 0; pass < passes; pass++ {
+		d := b.data
+		if pass > 0 {
+			if d, err = l.reshuffle(d, uint64(k.Seed)+uint64(id)+uint64(pass)*100003); err != nil {
+				return err
+			}
+		}
+		recs, ts, tt, ntok, err := l.trainStep(id, pass, d)
+		if err != nil {
+			return err
+		}
+		tSync += ts
+		tTrain += tt
+		trainTokens += ntok
+		records = append(records, recs...)
+		if k.TotalBatches > 0 && l.state.Step >= k.TotalBatches {
+			break
+		}
+	}
+	t := time.Now()
+	l.updateWeights()
+	tUpd := time.Since(t)
+	l.res.Phases["update_weights"] += tUpd
+	var val map[string]float64
+	if k.EvalEvery > 0 && (id+1)%k.EvalEvery == 0 || id == k.NumRollout-1 {
+		if val, err = l.evaluate(id); err != nil {
+			return err
+		}
+	}
+	if k.LogEpisodesEvery > 0 && id%k.LogEpisodesEvery == 0 {
+		if err := l.logEpisodes(id, b); err != nil {
+			return err
+		}
+	}
+	elapsed := time.Since(t0)
+	perf := map[string]float64{"time/generate": tGen.Seconds(), "time/sync": tSync.Seconds(),
+		"time/train": tTrain.Seconds(), "time/update_weights": tUpd.Seconds(),
+		"perf/tokens_per_s": float64(b.genTokens+trainTokens) / elapsed.Seconds()}
+	if b.genTokens > 0 {
+		perf["perf/generate_tokens_per_s"] = float64(b.genTokens) / tGen.Seconds()
+	}
+	if tTrain > 0 {
+		perf["perf/train_tokens_per_s"] = float64(trainTokens) / tTrain.Seconds()
+	}
+	for i, rec := range records {
+		for name, v := range base {
+			rec[name] = v
+		}
+		for name, v := range perf {
+			rec[name] = v
+		}
+		if i == len(records)-1 {
+			for name, v := range val {
+				rec[name] = v
+			}
+		}
+		if err := l.dir.LogMetrics(int(rec["step"]), withoutStep(rec)); err != nil {
+			return err
+		}
+	}
+	if len(records) > 0 {
+		l.last = records[len(records)-1]
+	} else {
+		l.last = base
+	}
+	return nil
+}
+
+func withoutStep(m map[string]float64) map[string]float64 {
+	out := make(map[string]float64, len(m))
+	for k, v := range m {
+		if k != "step" {
+			out[k] = v
+		}
+	}
+	return out
+}
+
+// reshuffle permutes the rows of d by whole units (pairs stay together).
+func (l *loop) reshuffle(d *estimators.Rollout, seed uint64) (*estimators.Rollout, error) {
+	units := d.Len() / l.unit
+	perm := rand.New(rand.NewPCG(seed, 0x5bd1e995)).Perm(units)
+	idx := make([]int, 0, d.Len())
+	for _, u := range perm {
+		for j := range l.unit {
+			idx = append(idx, u*l.unit+j)
+		}
+	}
+	for i := units * l.unit; i < d.Len(); i++ {
+		idx = append(idx, i)
+	}
+	return d.Select(idx)
+}
+
+// updateWeights pushes the weights of sync_to_rollout roles to the rollout
+// sampler. The embedded sampler reads its model's variables at every
+// Generate call, so there is nothing to copy; the phase is still timed so
+// that an external rollout backend slots in here.
+func (l *loop) updateWeights() {}

@@ -1,0 +1,128 @@
+package engine
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"cuelang.org/go/cue"
+	"cuelang.org/go/cue/ast"
+	"cuelang.org/go/cue/cuecontext"
+	"cuelang.org/go/cue/format"
+
+	"stx.dev/stx/engine/rundir"
+	"stx.dev/stx/schema"
+)
+
+// save writes the checkpoint of rollout id: every trainable role's model
+// (Hugging Face layout), optimizer and RNG state, and the loop state.
+func (l *loop) save(id int) error {
+	t := time.Now()
+	defer func() { l.res.Phases["checkpoint"] += time.Since(t) }()
+	l.state.Rollout = id
+	l.state.Cursor = l.gen.feed.Cursor
+	rng, err := l.rng.MarshalBinary()
+	if err != nil {
+		return err
+	}
+	l.state.RNG = rng
+	p, err := l.dir.BeginCheckpoint(id)
+	if err != nil {
+		return err
+	}
+	defer p.Abort()
+	for _, r := range l.roles {
+		if !r.trainable() {
+			continue
+		}
+		dir, err := p.RoleDir(r.name())
+		if err != nil {
+			return err
+		}
+		if r.flow != nil {
+			if err := r.flow.save(dir); err != nil {
+				return fmt.Errorf("checkpoint role %q: %w", r.name(), err)
+			}
+			continue
+		}
+		if err := r.trainer.SaveCheckpoint(dir, rng); err != nil {
+			return fmt.Errorf("checkpoint role %q: %w", r.name(), err)
+		}
+		if r.dir != "" {
+			copyTokenizer(r.dir, dir)
+		}
+	}
+	data, err := json.Marshal(l.state)
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(p.Path(), engineFile), data, 0o644); err != nil {
+		return err
+	}
+	if err := p.Commit(); err != nil {
+		return err
+	}
+	if err := l.dir.LogEvent(rundir.Event{Type: rundir.EventCheckpointSaved, Rollout: id, Checkpoint: p.Target(),
+		Metrics: map[string]float64{"time_s": time.Since(t).Seconds()}}); err != nil {
+		return err
+	}
+	_, err = l.dir.Prune(l.rec.Knobs.KeepCheckpoints)
+	return err
+}
+
+// copyTokenizer puts a checkpoint's tokenizer files beside the saved weights
+// so that the saved role opens in other tools unchanged.
+func copyTokenizer(from, to string) {
+	for _, f := range []string{"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"} {
+		if data, err := os.ReadFile(filepath.Join(from, f)); err == nil {
+			os.WriteFile(filepath.Join(to, f), data, 0o644)
+		}
+	}
+}
+
+// logEpisodes writes up to 8 sampled rows of rollout id to episodes.jsonl.
+func (l *loop) logEpisodes(id int, b *batch) error {
+	d := b.data
+	for i := 0; i < d.Len() && i < 8; i++ {
+		ep := map[string]any{"rollout": id, "task_id": d.TaskID[i], "reward": d.Reward[i]}
+		if i < len(l.rowAdv) {
+			ep["advantage"] = l.rowAdv[i]
+		}
+		if i < len(b.exs) && b.exs[i].Prompt != "" {
+			ep["prompt"] = b.exs[i].Prompt
+		}
+		if i < len(b.completions) {
+			ep["completion"] = b.completions[i]
+		} else if l.gen.tok != nil {
+			ep["completion"] = l.gen.tok.Decode(d.Tokens[i][d.PromptLen[i]:])
+		}
+		if err := l.dir.LogEpisode(ep); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// RecipeCUE renders a resolved recipe as the CUE text `stx export` prints.
+func RecipeCUE(r *schema.Recipe) ([]byte, error) {
+	data, err := json.Marshal(r)
+	if err != nil {
+		return nil, fmt.Errorf("render %s: %w", r.Name, err)
+	}
+	v := cuecontext.New().CompileBytes(data)
+	expr, ok := v.Syntax(cue.Concrete(true)).(ast.Expr)
+	if !ok {
+		return nil, fmt.Errorf("render %s: not an expression", r.Name)
+	}
+	file := &ast.File{Decls: []ast.Decl{
+		&ast.Package{Name: ast.NewIdent("stx")},
+		&ast.Field{Label: ast.NewIdent("recipes"), Value: ast.NewStruct(&ast.Field{Label: ast.NewIdent(r.Name), Value: expr})},
+	}}
+	out, err := format.Node(file)
+	if err != nil {
+		return nil, fmt.Errorf("render %s: %w", r.Name, err)
+	}
+	return out, nil
+}

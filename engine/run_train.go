@@ -1,0 +1,324 @@
+package engine
+
+import (
+	"fmt"
+	"math"
+	"slices"
+	"sync"
+	"time"
+
+	"stx.dev/stx/engine/rundir"
+	"stx.dev/stx/estimators"
+	"stx.dev/stx/runtime"
+	"stx.dev/stx/specializations"
+)
+
+// batchOptions are PrepareBatch's options for a role.
+func (l *loop) batchOptions(r *role, id int) specializations.BatchOptions {
+	mbs := l.rec.Knobs.MicroBatchSize
+	if r.node.Contract.Data == specializations.DataPreference {
+		mbs = max(mbs/2, 1) // micro-batches of pairs
+	}
+	pad := int32(0)
+	if r.model != nil {
+		pad = int32(max(r.model.Config.PAD, 0))
+	}
+	return specializations.BatchOptions{MicroBatchSize: mbs, Pad: pad, Rollout: id, Seed: uint64(l.rec.Knobs.Seed) + uint64(id)}
+}
+
+// trainStep is DESIGN.md's TrainStep: the inject syncs in dependency order,
+// then every trainable role trains on the data (roles sharing a pool one
+// after another, pools concurrently). It returns one metrics record per
+// optimizer step.
+func (l *loop) trainStep(id, pass int, d *estimators.Rollout) ([]map[string]float64, time.Duration, time.Duration, int, error) {
+	t := time.Now()
+	d, err := d.Select(seq(d.Len())) // syncs write into a copy: pass 0's data stays as generated
+	if err != nil {
+		return nil, 0, 0, 0, err
+	}
+	for _, s := range l.g.Syncs {
+		src := l.byName[s.Source]
+		targets := s.TargetKeys
+		if len(targets) == 0 {
+			targets = s.Keys
+		}
+		if src.self == nil {
+			return nil, 0, 0, 0, fmt.Errorf("sync %s → %s: role %q produces nothing", s.Source, s.Target, s.Source)
+		}
+		if err := produceInto(src.self, d, l.batchOptions(src, id), s.Keys, targets); err != nil {
+			return nil, 0, 0, 0, fmt.Errorf("sync %s → %s: %w", s.Source, s.Target, err)
+		}
+	}
+	tSync := time.Since(t)
+	l.res.Phases["sync"] += tSync
+
+	t = time.Now()
+	type outcome struct {
+		results []runtime.StepResult
+		extra   map[string]float64
+		err     error
+	}
+	outs := make([]outcome, len(l.roles))
+	var wg sync.WaitGroup
+	for _, pool := range l.g.Pools {
+		var members []*role
+		for _, name := range pool.Roles {
+			if r := l.byName[name]; r != nil && r.trainable() {
+				members = append(members, r)
+			}
+		}
+		if len(members) == 0 {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for _, r := range members {
+				res, extra, err := l.trainRole(r, d, id)
+				outs[r.index] = outcome{res, extra, err}
+				if err != nil {
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	tTrain := time.Since(t)
+	l.res.Phases["train"] += tTrain
+	nsteps := -1
+	for _, r := range l.roles {
+		if !r.trainable() {
+			continue
+		}
+		o := outs[r.index]
+		if o.err != nil {
+			return nil, 0, 0, 0, o.err
+		}
+		if nsteps < 0 || len(o.results) < nsteps {
+			nsteps = len(o.results)
+		}
+	}
+	ntok := 0
+	for _, row := range d.Tokens {
+		ntok += len(row)
+	}
+	var recs []map[string]float64
+	for s := range max(nsteps, 0) {
+		l.state.Step++
+		rec := map[string]float64{"step": float64(l.state.Step), "pass": float64(pass)}
+		for _, r := range l.roles {
+			if !r.trainable() {
+				continue
+			}
+			res := outs[r.index].results[s]
+			p := r.name() + "/"
+			rec[p+"loss"], rec[p+"lr"] = res.Loss, res.LR
+			if r.flow == nil { // the velocity trainer reports no gradient norm
+				rec[p+"grad_norm"] = res.GradNorm
+			}
+			if res.Skipped {
+				rec[p+"skipped"] = 1
+			}
+			for name, v := range res.Metrics {
+				rec[p+name] = v
+			}
+			for name, v := range outs[r.index].extra {
+				rec[name] = v
+			}
+			if bad := nonFinite(res); bad != "" {
+				msg := fmt.Sprintf("role %q, step %d (rollout %d): %s", r.name(), l.state.Step, id+1, bad)
+				l.dir.LogEvent(rundir.Event{Type: rundir.EventNaNDetected, Rollout: id, Message: msg})
+				last := "none"
+				if cp, ok, _ := l.dir.Latest(); ok {
+					last = cp.Path
+				}
+				return nil, 0, 0, 0, fmt.Errorf("%w: %s; the last good checkpoint is kept (%s)", ErrNonFinite, msg, last)
+			}
+		}
+		recs = append(recs, rec)
+		if l.rec.Knobs.TotalBatches > 0 && l.state.Step >= l.rec.Knobs.TotalBatches {
+			break
+		}
+	}
+	trained := 0
+	for _, r := range l.roles {
+		if r.trainable() {
+			trained++
+		}
+	}
+	return recs, tSync, tTrain, ntok * trained, nil
+}
+
+func nonFinite(res runtime.StepResult) string {
+	bad := func(v float64) bool { return math.IsNaN(v) || math.IsInf(v, 0) }
+	switch {
+	case bad(res.Loss):
+		return fmt.Sprintf("the loss is %g", res.Loss)
+	case bad(res.GradNorm):
+		return fmt.Sprintf("the gradient norm is %g", res.GradNorm)
+	}
+	return ""
+}
+
+func seq(n int) []int {
+	s := make([]int, n)
+	for i := range s {
+		s[i] = i
+	}
+	return s
+}
+
+// hasKey reports whether data holds key k (wide columns included).
+func hasKey(d *estimators.Rollout, k string) bool {
+	switch k {
+	case specializations.KeyTokens:
+		return d.Tokens != nil
+	case specializations.KeyLossMask:
+		return d.Mask != nil
+	case specializations.KeyRewards:
+		return d.Reward != nil
+	}
+	for _, name := range []string{k, specializations.WideName(k, 0)} {
+		if _, ok := d.Tok[name]; ok {
+			return true
+		}
+		if _, ok := d.Row[name]; ok {
+			return true
+		}
+	}
+	return false
+}
+
+// trainRole prepares a role's view of the data (its in-role reference's
+// log-probs, its own rollout-time outputs, advantages over the whole rollout)
+// and takes one optimizer step per mini-batch.
+func (l *loop) trainRole(r *role, d *estimators.Rollout, id int) ([]runtime.StepResult, map[string]float64, error) {
+	rd, err := d.Select(seq(d.Len()))
+	if err != nil {
+		return nil, nil, err
+	}
+	opts := l.batchOptions(r, id)
+	if r.flow != nil {
+		return l.trainFlow(r, rd, opts)
+	}
+	if r.ref != nil {
+		if err := produceInto(r.ref, rd, opts, []string{specializations.KeyLogProbs}, []string{specializations.KeyRefLogProbs}); err != nil {
+			return nil, nil, fmt.Errorf("role %q reference: %w", r.name(), err)
+		}
+	}
+	for _, key := range r.node.Requires {
+		if !hasKey(rd, key) && slices.Contains(r.node.Produces, key) && r.self != nil {
+			if err := produceInto(r.self, rd, opts, []string{key}, []string{key}); err != nil {
+				return nil, nil, fmt.Errorf("role %q: %w", r.name(), err)
+			}
+		}
+	}
+	var extra map[string]float64
+	if ac, ok := r.spec.(specializations.AdvantageComputer); ok && r.node.Contract.Estimator {
+		warns, err := ac.ComputeAdvantages(rd)
+		if err != nil {
+			return nil, nil, fmt.Errorf("role %q advantages: %w", r.name(), err)
+		}
+		for _, w := range warns {
+			l.dir.LogEvent(rundir.Event{Type: "warning", Rollout: id, Message: fmt.Sprintf("role %q: %s", r.name(), w)})
+		}
+		extra = advantageMetrics(rd)
+		if r == l.primary && l.rowAdv == nil { // pass 0: rows in generation order
+			l.rowAdv = rowAdvantages(rd)
+		}
+	}
+	per := l.rowsPerStep()
+	if per <= 0 {
+		per = rd.Len()
+	}
+	var out []runtime.StepResult
+	for lo := 0; lo < rd.Len(); lo += per {
+		hi := min(lo+per, rd.Len())
+		idx := seq(hi - lo)
+		for i := range idx {
+			idx[i] += lo
+		}
+		mb, err := rd.Select(idx)
+		if err != nil {
+			return nil, nil, err
+		}
+		mbs, err := r.spec.PrepareBatch(mb, opts)
+		if err != nil {
+			return nil, nil, fmt.Errorf("role %q: %w", r.name(), err)
+		}
+		res, err := r.trainer.Step(mbs)
+		if err != nil {
+			return nil, nil, fmt.Errorf("role %q step: %w", r.name(), err)
+		}
+		out = append(out, res)
+		if nonFinite(res) != "" {
+			break
+		}
+	}
+	return out, extra, nil
+}
+
+// trainFlow trains a velocity-model role: Flow-GRPO advantages over the whole
+// rollout, then one step per mini-batch.
+func (l *loop) trainFlow(r *role, rd *estimators.Rollout, opts specializations.BatchOptions) ([]runtime.StepResult, map[string]float64, error) {
+	var extra map[string]float64
+	if ac, ok := r.flow.spec.(specializations.AdvantageComputer); ok {
+		if _, err := ac.ComputeAdvantages(rd); err != nil {
+			return nil, nil, fmt.Errorf("role %q advantages: %w", r.name(), err)
+		}
+		adv := rd.Row[estimators.KeyAdvantages]
+		s, ss := 0.0, 0.0
+		for _, a := range adv {
+			s, ss = s+a, ss+a*a
+		}
+		n := float64(len(adv))
+		extra = map[string]float64{"advantage/mean": s / n, "advantage/std": math.Sqrt(max(ss/n-s*s/n/n, 0))}
+	}
+	per := l.rowsPerStep()
+	var out []runtime.StepResult
+	for lo := 0; lo < rd.Len(); lo += per {
+		idx := seq(min(per, rd.Len()-lo))
+		for i := range idx {
+			idx[i] += lo
+		}
+		mb, err := rd.Select(idx)
+		if err != nil {
+			return nil, nil, err
+		}
+		mbs, err := r.flow.spec.PrepareBatch(mb, opts)
+		if err != nil {
+			return nil, nil, fmt.Errorf("role %q: %w", r.name(), err)
+		}
+		res, err := r.flow.step(mbs)
+		if err != nil {
+			return nil, nil, fmt.Errorf("role %q step: %w", r.name(), err)
+		}
+		out = append(out, res)
+		if nonFinite(res) != "" {
+			break
+		}
+	}
+	return out, extra, nil
+}
+
+// rowAdvantages is each row's advantage for the episode log: the mean over
+// its trainable tokens (outcome estimators broadcast one value to them all).
+func rowAdvantages(d *estimators.Rollout) []float64 {
+	adv, ok := d.Tok[estimators.KeyAdvantages]
+	if !ok {
+		return nil
+	}
+	out := make([]float64, d.Len())
+	for i, row := range adv {
+		s, n := 0.0, 0.0
+		for t, a := range row {
+			if d.Mask[i][t] != 0 {
+				s, n = s+float64(a), n+1
+			}
+		}
+		if n > 0 {
+			out[i] = s / n
+		}
+	}
+	return out
+}
