@@ -37,6 +37,7 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 Recipes are CUE data: stx checks them before any tensor is allocated.
 
    stx vet recipes.cue                       # validate; errors as file:line:col
+   stx run recipes.cue -a grpo               # train (tiny model, built-in task, CPU)
    stx ls                                    # the recipes and their roles
    stx graph recipes.cue -a ppo --format dot # the role graph
    stx knobs -a grpo                         # every knob, documented`,
