@@ -2,13 +2,11 @@ package engine
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
-	"os"
-	"path/filepath"
+	"strings"
 	"time"
 
 	"stx.dev/stx/engine/rundir"
@@ -36,6 +34,11 @@ type RunOptions struct {
 	Out io.Writer
 	// Now is the clock naming a new run directory (nil: time.Now).
 	Now func() time.Time
+	// Reload makes the run follow edits of its recipe files (nil: no
+	// watching, as with --no-watch).
+	Reload *ReloadOptions
+
+	hooks *runHooks // tests only
 }
 
 // Result is what a finished run reports.
@@ -66,6 +69,9 @@ type loopState struct {
 	Step    int    `json:"step"`
 	Cursor  int    `json:"cursor"`
 	RNG     []byte `json:"rng"`
+	// Version is the recipe version in force at the checkpoint
+	// (recipes/v<N>.cue); a resumed run starts from it.
+	Version int `json:"version,omitempty"`
 }
 
 // ErrNonFinite is returned (wrapped) when a loss or gradient norm is NaN or infinite.
@@ -74,22 +80,54 @@ var ErrNonFinite = errors.New("non-finite loss or gradient")
 // Run trains recipe name of cat with the outer loop of DESIGN.md and returns
 // where it wrote its run directory. Cancelling ctx (SIGINT/SIGTERM) ends the
 // run after the current rollout with a checkpoint and no error.
+//
+// With opts.Reload the recipe files are watched and edits are hot-reloaded at
+// rollout boundaries. With opts.Resume the run continues from the recipe
+// version in force at its last checkpoint; where cat's recipe (the files on
+// disk) differs from it, the difference is applied as a reload.
 func Run(ctx context.Context, cat *schema.Catalog, name string, opts RunOptions) (*Result, error) {
 	rec, ok := cat.Recipes[name]
 	if !ok {
 		return nil, fmt.Errorf("no valid recipe %q", name)
 	}
-	l, err := newLoop(rec, opts)
+	// The watch starts before the models are built, so that an edit saved
+	// meanwhile is not missed.
+	watch, err := startWatch(name, opts)
 	if err != nil {
 		return nil, err
 	}
+	base := rec
+	var rp *resumePoint
+	if opts.Resume != "" {
+		if rp, err = openResume(opts.Resume, name); err != nil {
+			watch.close()
+			return nil, err
+		}
+		base = rp.recipe
+	}
+	l, err := newLoop(base, opts)
+	if err != nil {
+		watch.close()
+		if rp != nil {
+			rp.dir.Close()
+		}
+		return nil, err
+	}
+	l.watch, l.resume, l.version = watch, rp, 1
+	if rp != nil {
+		l.dir = rp.dir
+	}
 	defer l.close()
-	return l.run(ctx)
+	return l.run(ctx, rec)
 }
 
 // loop is one run in progress.
 type loop struct {
-	rec     *schema.Recipe
+	rec     *schema.Recipe // the recipe in force (hot reloads replace it)
+	version int            // its version in the run directory
+	watch   *reloader      // nil when the recipe files are not watched
+	resume  *resumePoint   // set when resuming
+	kind    specializations.DataKind
 	g       *Graph
 	opts    RunOptions
 	con     *console
@@ -135,10 +173,8 @@ func newLoop(rec *schema.Recipe, opts RunOptions) (*loop, error) {
 	if kind == specializations.DataPreference {
 		l.unit = 2
 	}
-	l.total = k.TotalBatches
-	if l.total <= 0 {
-		l.total = k.NumRollout * max(k.NumTrainPasses, 1) * l.stepsPerPass(l.expectedRows(kind))
-	}
+	l.kind = kind
+	l.total = l.scheduleSteps(k)
 	if l.roles, err = buildRoles(l.backend, g, max(l.total, 1)); err != nil {
 		return nil, err
 	}
@@ -242,20 +278,22 @@ func (l *loop) rowsPerStep() int {
 }
 
 func (l *loop) close() {
+	l.watch.close()
 	if l.dir != nil {
 		l.dir.Close()
 	}
 }
 
-// openDir creates the run directory or reopens the one to resume, restoring
-// the trainers and the loop state from its last complete checkpoint.
+// openDir creates the run directory, or restores the trainers and the loop
+// state of the run being resumed from its last complete checkpoint.
 func (l *loop) openDir() error {
 	k := l.rec.Knobs
-	text, err := RecipeCUE(l.rec)
-	if err != nil {
-		return err
-	}
-	if l.opts.Resume == "" {
+	rp := l.resume
+	if rp == nil {
+		text, err := RecipeCUE(l.rec)
+		if err != nil {
+			return err
+		}
 		now := time.Now
 		if l.opts.Now != nil {
 			now = l.opts.Now
@@ -274,35 +312,16 @@ func (l *loop) openDir() error {
 		return l.dir.LogEvent(rundir.Event{Type: rundir.EventRunStart, Rollout: 0, Version: 1,
 			Message: l.backend.Describe()})
 	}
-	if l.dir, err = rundir.Open(l.opts.Resume); err != nil {
-		return err
-	}
 	for _, n := range l.dir.Notes() {
 		l.con.printf("resume: %s\n", n)
 	}
-	if err := l.dir.WriteRecipe(1, text); err != nil {
-		return fmt.Errorf("resume %s: the recipe differs from the one the run started with: %w", l.opts.Resume, err)
-	}
-	if _, err := l.dir.Clean(); err != nil {
-		return err
-	}
-	cp, ok, err := l.dir.Latest()
-	if err != nil {
-		return err
-	}
-	if !ok {
-		return fmt.Errorf("resume %s: no complete checkpoint", l.opts.Resume)
-	}
-	if err := cp.Verify(); err != nil {
+	// config.cue is the recipe in force: the checkpoint's version, until a
+	// reload below or later records the next.
+	if err := l.dir.WriteRecipe(rp.version, rp.text); err != nil {
 		return fmt.Errorf("resume %s: %w", l.opts.Resume, err)
 	}
-	data, err := os.ReadFile(filepath.Join(cp.Path, engineFile))
-	if err != nil {
-		return fmt.Errorf("resume: %w", err)
-	}
-	if err := json.Unmarshal(data, &l.state); err != nil {
-		return fmt.Errorf("resume: %s: %w", engineFile, err)
-	}
+	l.version = rp.version
+	l.state = rp.state
 	for _, r := range l.roles {
 		if r.flow != nil && r.flow.trainer != nil {
 			return fmt.Errorf("resume role %q: velocity-model roles cannot resume yet: their trainer does not expose its optimizer state", r.name())
@@ -310,7 +329,7 @@ func (l *loop) openDir() error {
 		if r.trainer == nil {
 			continue
 		}
-		if _, err := r.trainer.LoadCheckpoint(cp.RolePath(r.name())); err != nil {
+		if _, err := r.trainer.LoadCheckpoint(rp.cp.RolePath(r.name())); err != nil {
 			return fmt.Errorf("resume role %q: %w", r.name(), err)
 		}
 		// The schedule follows the running recipe, not the saved one.
@@ -328,19 +347,26 @@ func (l *loop) openDir() error {
 	if err := l.dir.TruncateEpisodesAfter(l.state.Rollout); err != nil {
 		return err
 	}
-	l.con.printf("resuming %s from the checkpoint of rollout %d (step %d)\n", l.dir.Path(), l.state.Rollout+1, l.state.Step)
-	return l.dir.LogEvent(rundir.Event{Type: rundir.EventRunResume, Rollout: l.state.Rollout, Checkpoint: cp.Path})
+	l.con.printf("resuming %s from the checkpoint of rollout %d (step %d, recipe v%d)\n", l.dir.Path(), l.state.Rollout+1, l.state.Step, l.version)
+	return l.dir.LogEvent(rundir.Event{Type: rundir.EventRunResume, Rollout: l.state.Rollout, Version: l.version, Checkpoint: rp.cp.Path})
 }
 
-func (l *loop) run(ctx context.Context) (res *Result, err error) {
+// run is the outer loop. disk is the recipe of the files on disk: on resume,
+// where it differs from the checkpoint's version, the difference is applied
+// as a reload before the first rollout.
+func (l *loop) run(ctx context.Context, disk *schema.Recipe) (res *Result, err error) {
 	if err := l.openDir(); err != nil {
 		return nil, err
 	}
 	l.res.Dir = l.dir.Path()
-	k := l.rec.Knobs
 	l.con.printf("stx run %s: %s\n", l.rec.Name, l.backend.Describe())
 	l.con.printf("run directory %s\n", l.dir.Path())
-	l.con.event("start", map[string]any{"recipe": l.rec.Name, "dir": l.dir.Path(), "backend": l.backend.Describe()})
+	if l.watch != nil {
+		l.con.printf("watching %s: hot knobs of saved edits take effect at rollout boundaries (--no-watch turns this off)\n",
+			strings.Join(l.watch.files, ", "))
+	}
+	l.con.event("start", map[string]any{"recipe": l.rec.Name, "dir": l.dir.Path(), "backend": l.backend.Describe(),
+		"version": l.version, "watching": l.watch != nil})
 	defer func() {
 		msg := "completed"
 		if err != nil {
@@ -350,6 +376,12 @@ func (l *loop) run(ctx context.Context) (res *Result, err error) {
 		}
 		l.dir.LogEvent(rundir.Event{Type: rundir.EventRunEnd, Rollout: l.state.Rollout, Message: msg})
 	}()
+	if l.resume != nil {
+		if err := l.reloadTo(l.state.Rollout, disk); err != nil {
+			return nil, err
+		}
+	}
+	k := l.rec.Knobs
 	l.start = l.state.Rollout + 1
 	if l.start == 0 && (k.EvalBeforeTrain && !l.opts.NoEvalBefore || k.EvalOnly) {
 		m, err := l.evaluate(0)
@@ -370,17 +402,20 @@ func (l *loop) run(ctx context.Context) (res *Result, err error) {
 	}
 	begin := time.Now()
 	saved, done := l.state.Rollout, l.state.Rollout
-	for id := l.start; id < k.NumRollout; id++ {
-		if k.TotalBatches > 0 && l.state.Step >= k.TotalBatches {
+	// The knobs are read afresh at every rollout: a hot reload at the
+	// boundary may have changed num_rollout, total_batches or a cadence.
+	for id := l.start; id < l.rec.Knobs.NumRollout; id++ {
+		if k := l.rec.Knobs; k.TotalBatches > 0 && l.state.Step >= k.TotalBatches {
 			break
 		}
 		if err := l.rollout(id); err != nil {
 			return nil, err
 		}
+		k := l.rec.Knobs
 		done = id
 		l.res.Rollouts++
 		n := id + 1 - l.start
-		eta := time.Duration(float64(time.Since(begin)) / float64(n) * float64(k.NumRollout-id-1))
+		eta := time.Duration(float64(time.Since(begin)) / float64(n) * float64(max(k.NumRollout-id-1, 0)))
 		l.con.progress(id, k.NumRollout, l.last, time.Since(begin), eta)
 		interrupted := ctx.Err() != nil
 		last := id == k.NumRollout-1 || (k.TotalBatches > 0 && l.state.Step >= k.TotalBatches)
@@ -390,11 +425,15 @@ func (l *loop) run(ctx context.Context) (res *Result, err error) {
 			}
 			saved = id
 		}
-		l.applyPendingReload(id)
 		if interrupted {
+			// No reload now: the checkpoint just saved holds the version in
+			// force, and a resume applies any edit from the files.
 			l.res.Interrupted = true
 			l.con.printf("interrupted: checkpoint of rollout %d saved in %s\n", id+1, l.dir.Path())
 			break
+		}
+		if err := l.applyPendingReload(id); err != nil {
+			return nil, err
 		}
 	}
 	if done > saved {
@@ -405,14 +444,6 @@ func (l *loop) run(ctx context.Context) (res *Result, err error) {
 	l.res.Steps = l.state.Step
 	return &l.res, nil
 }
-
-// applyPendingReload is the rollout boundary where hot-reloaded knobs will
-// take effect (engine/reload, a later issue). The loop, the rollout side and
-// the specializations' batch options read knobs from l.rec at each rollout;
-// a reload replaces l.rec here and hands the trainers the new schedule
-// (Trainer.SetSchedule). Knobs the specializations captured at construction
-// (loss coefficients) need their roles rebuilt, which that issue decides.
-func (l *loop) applyPendingReload(int) {}
 
 // evaluate runs validation with the current rollout model.
 func (l *loop) evaluate(id int) (map[string]float64, error) {
@@ -472,7 +503,7 @@ func (l *loop) rollout(id int) error {
 	if b.data.Len() == 0 {
 		// Dynamic sampling kept nothing within max_num_gen_batches: skip the step.
 		passes = 0
-		if err := l.dir.LogEvent(rundir.Event{Type: "step_skipped", Rollout: id, Message: "no group survived rejection"}); err != nil {
+		if err := l.dir.LogEvent(rundir.Event{Type: rundir.EventStepSkipped, Rollout: id, Message: "no group survived rejection"}); err != nil {
 			return err
 		}
 	}

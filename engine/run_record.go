@@ -22,6 +22,7 @@ func (l *loop) save(id int) error {
 	t := time.Now()
 	defer func() { l.res.Phases["checkpoint"] += time.Since(t) }()
 	l.state.Rollout = id
+	l.state.Version = l.version
 	l.state.Cursor = l.gen.feed.Cursor
 	rng, err := l.rng.MarshalBinary()
 	if err != nil {

@@ -220,7 +220,7 @@ func (l *loop) trainRole(r *role, d *estimators.Rollout, id int) ([]runtime.Step
 			return nil, nil, fmt.Errorf("role %q advantages: %w", r.name(), err)
 		}
 		for _, w := range warns {
-			l.dir.LogEvent(rundir.Event{Type: "warning", Rollout: id, Message: fmt.Sprintf("role %q: %s", r.name(), w)})
+			l.dir.LogEvent(rundir.Event{Type: rundir.EventWarning, Rollout: id, Message: fmt.Sprintf("role %q: %s", r.name(), w)})
 		}
 		extra = advantageMetrics(rd)
 		if r == l.primary && l.rowAdv == nil { // pass 0: rows in generation order

@@ -90,25 +90,28 @@ func readKnobDocs() ([]KnobDoc, error) {
 			continue
 		}
 		k := KnobDoc{Name: labelName(fd.Label), Optional: fd.Constraint == token.OPTION, Group: group}
+		// A "---- name ----" comment starts a group. The parser attaches
+		// it to the field above (after it) or, for the first, to the field
+		// below: either way it holds from the next field on.
+		var docLines []string
+		nextGroup := ""
 		for _, cg := range ast.Comments(fd) {
-			if cg.Position != 0 {
-				continue
-			}
-			text := strings.TrimSpace(cg.Text())
-			// A "---- name ----" line above the doc starts a new group.
-			var docLines []string
-			for _, line := range strings.Split(text, "\n") {
+			for _, line := range strings.Split(strings.TrimSpace(cg.Text()), "\n") {
 				if g, ok := strings.CutPrefix(line, "---- "); ok {
-					group = strings.TrimSuffix(g, " ----")
-					k.Group = group
+					if cg.Position == 0 {
+						group = strings.TrimSuffix(g, " ----")
+						k.Group = group
+					} else {
+						nextGroup = strings.TrimSuffix(g, " ----")
+					}
 					continue
 				}
-				if strings.TrimSpace(line) != "" {
+				if cg.Position == 0 && strings.TrimSpace(line) != "" {
 					docLines = append(docLines, line)
 				}
 			}
-			k.Doc = strings.Join(docLines, " ")
 		}
+		k.Doc = strings.Join(docLines, " ")
 		for _, a := range fd.Attrs {
 			if strings.HasPrefix(a.Text, "@knob(") {
 				k.Hot = strings.Contains(a.Text, "hot")
@@ -117,6 +120,9 @@ func readKnobDocs() ([]KnobDoc, error) {
 		k.Constraint, k.Default = splitDefault(fd.Value)
 		k.Constraint = strings.Join(strings.Fields(k.Constraint), " ")
 		out = append(out, k)
+		if nextGroup != "" {
+			group = nextGroup
+		}
 	}
 	return out, nil
 }

@@ -72,11 +72,16 @@ func TestKnobDocs(t *testing.T) {
 		"seed":        {Constraint: "int & >=0", Default: "1234", Hot: false},
 		"lr_schedule": {Constraint: `"constant" | "linear" | "cosine"`, Default: `"constant"`, Hot: true},
 		"std_ddof":    {Constraint: "0 | 1", Default: "0", Hot: true},
-		"dual_clip_c": {Constraint: "number & >1", Default: "", Hot: true, Optional: true},
+		"dual_clip_c": {Constraint: "number & >1", Default: "", Hot: false, Optional: true},
 	} {
 		got := byName[name]
 		if got.Constraint != want.Constraint || got.Default != want.Default || got.Hot != want.Hot || got.Optional != want.Optional {
 			t.Errorf("knob %s = %+v, want %+v", name, got, want)
+		}
+	}
+	for name, group := range map[string]string{"seed": "loop", "lr": "optimizer (AdamW, ALGORITHMS.md I)", "loss_agg_mode": "losses (ALGORITHMS.md C, D)", "log_episodes_every": "evaluation, checkpoints, logging"} {
+		if byName[name].Group != group {
+			t.Errorf("knob %s in group %q, want %q", name, byName[name].Group, group)
 		}
 	}
 	if byName["lr"].Env() != "STX_LR" || byName["estimator_map"].Env() != "" {

@@ -270,6 +270,11 @@ func (c *Catalog) collapse(path string, pos Position, items func() ([]string, []
 			user = x
 		}
 	}
+	// Two of the user's own values may conflict ("constant" from one
+	// place, "cosine" from another): that is a conflict, not a typo.
+	if u, err := strconv.Unquote(user); err == nil && slices.Contains(alts, u) {
+		user = ""
+	}
 	if len(alts) > 0 && user != "" {
 		quoted := make([]string, len(alts))
 		for i, a := range alts {

@@ -30,7 +30,16 @@ the tiny model and a synthetic task on the CPU.
 Everything goes to a run directory (runs/<recipe>-<time>/): config.cue, metrics.jsonl,
 events.jsonl, episodes.jsonl and checkpoints/<rollout>/<role>/ in Hugging Face layout.
 SIGINT or SIGTERM ends the run after the current rollout with a checkpoint (exit 0);
---resume continues it from its last complete checkpoint.
+--resume continues it from its last complete checkpoint, with the recipe version in force
+there; where the recipe files now differ, the difference is applied as a hot reload.
+
+Hot reload: the recipe files are watched. When an edit is saved, it is checked like
+stx vet (with the same --set values) and, at the next rollout boundary, changed hot knobs
+(stx knobs) that the engine can take in a running job are applied and recorded in
+events.jsonl and recipes/v<N>.cue; changes that need a restart are refused with a message
+and an invalid edit is reported with its positions; the run goes on either way.
+--no-watch turns watching off. The built-in catalog and a resumed run's own config.cue
+are not watched.
 
 Examples:
    stx run recipes.cue -a grpo
@@ -45,6 +54,7 @@ Examples:
 			&cli.BoolFlag{Name: "quiet", Aliases: []string{"q"}, Usage: "print only the result line"},
 			&cli.BoolFlag{Name: "json", Usage: "print one JSON object per line (start, each rollout, result)"},
 			&cli.BoolFlag{Name: "no-eval-before", Usage: "skip the evaluation before training"},
+			&cli.BoolFlag{Name: "no-watch", Usage: "do not watch the recipe files for edits (no hot reload)"},
 		},
 		Action: func(c *cli.Context) error {
 			cat, name, err := runRecipe(c)
@@ -56,7 +66,7 @@ Examples:
 			res, err := engine.Run(ctx, cat, name, engine.RunOptions{
 				RunsDir: c.String("runs-dir"), Backend: c.String("backend"), Resume: c.String("resume"),
 				Quiet: c.Bool("quiet"), JSON: c.Bool("json"), NoEvalBefore: c.Bool("no-eval-before"),
-				Out: c.App.Writer,
+				Out: c.App.Writer, Reload: reloadOptions(c, name),
 			})
 			if err != nil {
 				return err
@@ -64,6 +74,26 @@ Examples:
 			return printResult(c, name, res)
 		},
 	}
+}
+
+// reloadOptions are the files to watch and how to reload them: the files
+// named on the command line (or ./recipes.cue, which loading reads when none
+// is named), loaded with the same --set values and environment. Nil with
+// --no-watch, for the built-in catalog, and for a resumed run's own
+// config.cue, which the engine itself writes.
+func reloadOptions(c *cli.Context, name string) *engine.ReloadOptions {
+	if c.Bool("no-watch") || c.String("algorithm") == "" {
+		return nil
+	}
+	files := c.Args().Slice()
+	if len(files) == 0 {
+		if _, err := os.Stat("recipes.cue"); err != nil {
+			return nil
+		}
+		files = []string{"recipes.cue"}
+	}
+	return &engine.ReloadOptions{Files: files, Load: schema.Options{
+		Sets: c.StringSlice("set"), Env: os.Environ(), EnvAllow: envAllow, Only: name}}
 }
 
 // runRecipe loads the recipe to run. With --resume and no -a, the run's own

@@ -54,8 +54,8 @@ func TestDiff(t *testing.T) {
 			structural: []string{"knobs.seed: 1 → 2 (cold knob)"}},
 		{name: "shape knob is cold", edit: func(r *schema.Recipe) { r.Knobs.MaxNewTokens = 64 },
 			structural: []string{"knobs.max_new_tokens: 32 → 64 (cold knob)"}},
-		{name: "optional hot knob set", edit: func(r *schema.Recipe) { r.Knobs.DualClipC = ptr(3.0) },
-			hot: []KnobChange{{"dual_clip_c", nil, 3.0}}},
+		{name: "optional hot knob set", edit: func(r *schema.Recipe) { r.Knobs.WarmupSteps = ptr(3) },
+			hot: []KnobChange{{"warmup_steps", nil, 3}}},
 		{name: "optional cold knob set", edit: func(r *schema.Recipe) { r.Knobs.LossScaleFactor = ptr(2.0) },
 			structural: []string{"knobs.loss_scale_factor: unset → 2 (cold knob)"}},
 		{name: "map knob", edit: func(r *schema.Recipe) { r.Knobs.EstimatorMap = map[string]string{"policy": "rloo"} },
@@ -195,7 +195,7 @@ func TestApply(t *testing.T) {
 	running, edited := base(), base()
 	edited.Knobs.LR = 2e-3
 	edited.Knobs.Temperature = 0.5
-	edited.Knobs.DualClipC = ptr(3.0)
+	edited.Knobs.WarmupSteps = ptr(3)
 	edited.Knobs.Seed = 9                 // cold: refused
 	edited.Roles[1].Trainable = false     // structural: refused
 	edited.Description = "not a run knob" // ignored
@@ -212,7 +212,7 @@ func TestApply(t *testing.T) {
 	want := base()
 	want.Knobs.LR = 2e-3
 	want.Knobs.Temperature = 0.5
-	want.Knobs.DualClipC = ptr(3.0)
+	want.Knobs.WarmupSteps = ptr(3)
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("Apply = %+v\nwant %+v", got, want)
 	}
@@ -227,13 +227,13 @@ func TestApply(t *testing.T) {
 	// The result shares nothing with the running recipe.
 	got.Roles[0].Init["with_ref"] = false
 	got.Syncs[0].Keys[0] = "changed"
-	*got.Knobs.DualClipC = 5
+	*got.Knobs.WarmupSteps = 5
 	got.Task.Reward[0].Weight = 7
 	if !reflect.DeepEqual(running, keep) {
 		t.Error("the applied recipe aliases the running one")
 	}
 	// Nor with the change it took its value from.
-	if ch.Hot[len(ch.Hot)-1].New != 3.0 {
+	if ch.Hot[len(ch.Hot)-1].New != 3 {
 		t.Error("the applied recipe aliases the change")
 	}
 }

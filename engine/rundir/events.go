@@ -22,11 +22,14 @@ const (
 	EventEval            EventType = "eval"             // Metrics: the evaluation's results
 	EventNaNDetected     EventType = "nan_detected"     // Message and/or Metrics: what went non-finite
 	EventRunEnd          EventType = "run_end"          // Message: how it ended ("completed", an error)
+	EventStepSkipped     EventType = "step_skipped"     // Message: why no optimizer step ran (e.g. every group filtered)
+	EventWarning         EventType = "warning"          // Message: a condition worth reading that did not stop the run
 )
 
 // eventTypes are the known types, in the order of the constants.
 var eventTypes = []EventType{EventRunStart, EventRunResume, EventReloadApplied, EventReloadRefused,
-	EventReloadInvalid, EventCheckpointSaved, EventEval, EventNaNDetected, EventRunEnd}
+	EventReloadInvalid, EventCheckpointSaved, EventEval, EventNaNDetected, EventRunEnd,
+	EventStepSkipped, EventWarning}
 
 // Change is one knob a reload changed.
 type Change struct {
@@ -112,7 +115,7 @@ func (e Event) check() error {
 				return fmt.Errorf("%s event: a change names no knob", e.Type)
 			}
 		}
-	case EventReloadRefused, EventReloadInvalid:
+	case EventReloadRefused, EventReloadInvalid, EventStepSkipped, EventWarning:
 		if e.Message == "" {
 			return fmt.Errorf("%s event: no message", e.Type)
 		}

@@ -1,0 +1,515 @@
+package engine
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"stx.dev/stx/engine/reload"
+	"stx.dev/stx/engine/rundir"
+	"stx.dev/stx/schema"
+	"stx.dev/stx/specializations"
+)
+
+// ReloadOptions make a run follow edits of its recipe files (hot reload,
+// DESIGN.md "Hot reload").
+type ReloadOptions struct {
+	// Files are the recipe files or package directories the recipe was
+	// loaded from, as given on the command line. They are watched, and
+	// re-loaded with Load when an edit settles.
+	Files []string
+	// Load are the run's loading options: the same --set overrides and
+	// environment, so that they stay applied on top of every reload. Only is
+	// set to the running recipe.
+	Load schema.Options
+	// Debounce is the quiet time after the last edit before a reload
+	// (reload.DefaultDebounce when zero).
+	Debounce time.Duration
+}
+
+// runHooks let tests act at points of a run; nil fields do nothing.
+type runHooks struct {
+	// boundary runs at each rollout boundary before a pending reload is
+	// taken; w is nil when the run does not watch its files.
+	boundary func(id int, w *reloader)
+	// afterReload runs at each rollout boundary after the reload, if any,
+	// was applied.
+	afterReload func(id int, w *reloader)
+	// watchLog receives the watcher's diagnostics as they happen (from the
+	// watcher's goroutine).
+	watchLog func(msg string)
+}
+
+// knobUse says how a hot knob (schema @knob(hot)) reaches a running job.
+type knobUse int
+
+const (
+	// useLoop knobs are read from the running recipe at every rollout: loop
+	// bounds, cadences, sampler options, rejection sampling.
+	useLoop knobUse = iota + 1
+	// useSchedule knobs form the LR schedule, a graph input of the trainer
+	// (Trainer.SetSchedule: no recompilation, AdamW moments untouched).
+	useSchedule
+	// useHost knobs are read by specializations on the host (batch inputs
+	// such as coef_entropy, advantages, β of F.6): the roles' host-side
+	// specializations are rebuilt with the new knobs.
+	useHost
+)
+
+// hotKnobUse classifies the schema's hot knobs for this engine. Knobs that
+// are constants of a compiled graph (clip ranges, β, weight decay, ...) are
+// @knob(cold) in the schema, so `stx knobs` tells users the truth. A hot knob missing here (a
+// schema change) gets 0 and is refused: it can never slip into a running job
+// unread. TestEveryHotKnobIsClassified keeps the table complete.
+func hotKnobUse(name string) (knobUse, string) {
+	switch name {
+	case "num_rollout", "total_batches", "num_train_passes",
+		"temperature", "top_p", "top_k",
+		"eval_every", "save_every", "keep_checkpoints", "log_episodes_every",
+		"n_val_samples_per_prompt", "correct_threshold",
+		"min_trajs_per_group", "filter_uniform_groups", "min_partial_solve_tasks",
+		"dynamic_sampling", "max_num_gen_batches", "rollout_retries":
+		return useLoop, ""
+	case "lr", "lr_schedule", "warmup_ratio", "warmup_steps", "min_lr_ratio":
+		return useSchedule, ""
+	case "entropy_coef", "kl_loss_coef", "kl_coef",
+		"norm_adv_by_std", "adv_epsilon", "std_ddof", "gamma", "lambda", "whiten_advantages",
+		"kl_penalty_coef", "kl_discount_factor",
+		"beta_start", "beta_end", "beta_decay_rollouts",
+		"flow_sigma_sampling":
+		return useHost, ""
+	}
+	return 0, "not known to this engine's hot reload"
+}
+
+// reloader is a run's watcher with what the loop needs around it: the
+// watcher's diagnostics, kept for the loop to print (the console is not
+// safe for concurrent use), and an outcome taken early by waitFor.
+type reloader struct {
+	files []string
+	w     *reload.Watcher
+	hook  func(string)
+
+	mu   sync.Mutex
+	logs []string
+	held *reload.Update
+}
+
+// startWatch starts watching the recipe files of opts.Reload (nil when the
+// run watches nothing). The reload is `stx vet`'s pipeline (Load) with the
+// run's options, then the named recipe out of the catalog.
+func startWatch(name string, opts RunOptions) (*reloader, error) {
+	ro := opts.Reload
+	if ro == nil || len(ro.Files) == 0 {
+		return nil, nil
+	}
+	files := slices.Clone(ro.Files)
+	lo := ro.Load
+	lo.Only = name
+	load := func() (*schema.Recipe, error) {
+		cat, err := Load(files, lo)
+		if err != nil {
+			return nil, err
+		}
+		r, ok := cat.Recipes[name]
+		if !ok {
+			return nil, fmt.Errorf("recipe %q is no longer defined in %s", name, strings.Join(files, ", "))
+		}
+		return r, nil
+	}
+	r := &reloader{files: files}
+	if opts.hooks != nil {
+		r.hook = opts.hooks.watchLog
+	}
+	w, err := reload.New(files, load, reload.Options{Debounce: ro.Debounce, Logf: r.logf})
+	if err != nil {
+		return nil, fmt.Errorf("hot reload: %w", err)
+	}
+	r.w = w
+	return r, nil
+}
+
+func (r *reloader) logf(format string, args ...any) {
+	msg := fmt.Sprintf(format, args...)
+	r.mu.Lock()
+	r.logs = append(r.logs, msg)
+	r.mu.Unlock()
+	if r.hook != nil {
+		r.hook(msg)
+	}
+}
+
+// takeLogs returns the diagnostics not printed yet.
+func (r *reloader) takeLogs() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := r.logs
+	r.logs = nil
+	return out
+}
+
+// take returns the newest reload outcome not applied yet.
+func (r *reloader) take() (reload.Update, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if u, ok := r.w.Poll(); ok {
+		r.held = nil
+		return u, true
+	}
+	if r.held != nil {
+		u := *r.held
+		r.held = nil
+		return u, true
+	}
+	return reload.Update{}, false
+}
+
+// waitFor blocks until the watcher has delivered an outcome that match
+// accepts, or timeout passes; the outcome stays for the boundary's take. It
+// reports whether one came. Tests use it to make an edit land before a
+// given boundary without sleeping.
+func (r *reloader) waitFor(match func(reload.Update) bool, timeout time.Duration) bool {
+	deadline := time.NewTimer(timeout)
+	defer deadline.Stop()
+	for {
+		r.mu.Lock()
+		if u, ok := r.w.Poll(); ok {
+			r.held = &u
+		}
+		held := r.held
+		r.mu.Unlock()
+		if held != nil && match(*held) {
+			return true
+		}
+		select {
+		case <-r.w.Ready():
+		case <-deadline.C:
+			return false
+		}
+	}
+}
+
+func (r *reloader) close() {
+	if r != nil && r.w != nil {
+		r.w.Close()
+	}
+}
+
+// applyPendingReload is the rollout boundary where edits take effect: the
+// newest settled edit of the recipe files is applied (hot knobs), refused
+// (changes that need a restart) or reported invalid (the last good recipe
+// stays in force). The loop, the rollout side and the specializations read
+// the running recipe afresh at every rollout, so what is applied here is in
+// force from rollout id+1.
+func (l *loop) applyPendingReload(id int) (err error) {
+	if h := l.opts.hooks; h != nil && h.boundary != nil {
+		h.boundary(id, l.watch)
+	}
+	if l.watch == nil {
+		return nil
+	}
+	for _, msg := range l.watch.takeLogs() {
+		l.con.printf("%s\n", msg)
+	}
+	if u, ok := l.watch.take(); ok {
+		if u.Err != nil {
+			err = l.reloadInvalid(id, u.Err)
+		} else {
+			err = l.reloadTo(id, u.Recipe)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	if h := l.opts.hooks; h != nil && h.afterReload != nil {
+		h.afterReload(id, l.watch)
+	}
+	return nil
+}
+
+// reloadInvalid reports an edit that failed `stx vet`: the errors with
+// their positions, and the recipe version that stays in force.
+func (l *loop) reloadInvalid(id int, err error) error {
+	msg := err.Error()
+	l.con.printf("reload after rollout %d: the edit is invalid; recipe v%d stays in force:\n%s\n", id+1, l.version, indent(msg))
+	l.con.event("reload_invalid", map[string]any{"rollout": id + 1, "version": l.version, "message": msg})
+	return l.dir.LogEvent(rundir.Event{Type: rundir.EventReloadInvalid, Rollout: id, Version: l.version, Message: msg})
+}
+
+// reloadTo moves the run toward recipe disk (a reloaded or, on resume, the
+// current recipe files) at the boundary after rollout id: hot knobs that can
+// take effect are applied as a new recipe version, everything else is
+// refused with the reason and the run goes on with it unchanged.
+func (l *loop) reloadTo(id int, disk *schema.Recipe) error {
+	ch, err := reload.Diff(l.rec, disk)
+	if err != nil {
+		return err
+	}
+	refused := slices.Clone(ch.Structural)
+	var live []reload.KnobChange
+	for _, c := range ch.Hot {
+		if why := l.pinned(c.Knob); why != "" {
+			refused = append(refused, fmt.Sprintf("%s (hot, but %s)", c, why))
+			continue
+		}
+		live = append(live, c)
+	}
+	var next *schema.Recipe
+	var commit func() error
+	if len(live) > 0 {
+		next = reload.Apply(l.rec, reload.Changes{Hot: live})
+		if len(refused) > 0 {
+			// The hot changes were checked together with the refused ones;
+			// alone on the running recipe they must pass vet again.
+			if err := vetRecipe(next); err != nil {
+				refused = append(refused, fmt.Sprintf("the hot changes fail vet without the others: %v", err))
+				live = nil
+			}
+		}
+		if live != nil {
+			if commit, err = l.prepare(next); err != nil {
+				refused = append(refused, fmt.Sprintf("the hot changes cannot be applied: %v", err))
+				live = nil
+			}
+		}
+	}
+	if len(refused) > 0 {
+		if err := l.reloadRefused(id, refused); err != nil {
+			return err
+		}
+	}
+	if len(live) == 0 {
+		return nil
+	}
+	text, err := RecipeCUE(next)
+	if err != nil {
+		return err
+	}
+	version, err := l.nextVersion()
+	if err != nil {
+		return err
+	}
+	if err := l.dir.WriteRecipe(version, text); err != nil {
+		return err
+	}
+	if err := commit(); err != nil {
+		return err
+	}
+	l.version = version
+	changes := make([]rundir.Change, len(live))
+	lines := make([]string, len(live))
+	for i, c := range live {
+		changes[i] = rundir.Change{Knob: c.Knob, Old: c.Old, New: c.New}
+		lines[i] = c.String()
+	}
+	l.con.printf("reload after rollout %d: recipe v%d in force from rollout %d:\n%s\n", id+1, version, id+2, indent(strings.Join(lines, "\n")))
+	l.con.event("reload_applied", map[string]any{"rollout": id + 1, "version": version, "changes": changes})
+	return l.dir.LogEvent(rundir.Event{Type: rundir.EventReloadApplied, Rollout: id, Version: version, Changes: changes})
+}
+
+// reloadRefused reports changes that need a restart.
+func (l *loop) reloadRefused(id int, lines []string) error {
+	msg := strings.Join(lines, "\n")
+	l.con.printf("reload after rollout %d: refused, a restart is needed for these changes; the run goes on unchanged:\n%s\n", id+1, indent(msg))
+	l.con.event("reload_refused", map[string]any{"rollout": id + 1, "version": l.version, "message": msg})
+	return l.dir.LogEvent(rundir.Event{Type: rundir.EventReloadRefused, Rollout: id, Version: l.version, Message: msg})
+}
+
+// pinned says why a hot knob cannot take effect in this run ("" when it can).
+func (l *loop) pinned(knob string) string {
+	use, why := hotKnobUse(knob)
+	switch use {
+	case useLoop, useHost:
+		return ""
+	case useSchedule:
+		for _, r := range l.roles {
+			if r.flow != nil && r.flow.trainer != nil {
+				return "the velocity-model trainer's learning rate is fixed when it is built"
+			}
+		}
+		return ""
+	}
+	return why
+}
+
+// prepare checks that the run can take recipe next (schedule, the roles'
+// specializations with the new knobs) and returns the commit that switches
+// to it; nothing changes before the commit.
+func (l *loop) prepare(next *schema.Recipe) (func() error, error) {
+	total := l.scheduleSteps(next.Knobs)
+	sched := schedule(next.Knobs, max(total, 1))
+	if err := sched.Validate(); err != nil {
+		return nil, err
+	}
+	lms := make([]specializations.LM, len(l.roles))
+	flows := make([]specializations.Flow, len(l.roles))
+	for i, r := range l.roles {
+		s, err := specializations.New(specializations.RoleConfig{Role: r.node.Role, Knobs: next.Knobs})
+		if err != nil {
+			return nil, err
+		}
+		switch {
+		case r.flow != nil:
+			f, ok := s.(specializations.Flow)
+			if !ok {
+				return nil, fmt.Errorf("role %q: the specialization is no longer a velocity-model one", r.name())
+			}
+			flows[i] = f
+		default:
+			lm, ok := s.(specializations.LM)
+			if !ok {
+				return nil, fmt.Errorf("role %q: the specialization is no longer a language-model one", r.name())
+			}
+			lms[i] = lm
+		}
+	}
+	return func() error {
+		// The trainers keep their compiled loss (built from the specialization
+		// they were given): only host-side work uses the new specialization,
+		// which is why knobs compiled into the loss are refused above.
+		for i, r := range l.roles {
+			if r.flow != nil {
+				r.flow.spec = flows[i]
+				continue
+			}
+			r.spec = lms[i]
+			if r.trainer != nil {
+				if err := r.trainer.SetSchedule(sched); err != nil {
+					return fmt.Errorf("role %q: %w", r.name(), err)
+				}
+			}
+		}
+		l.rec = next
+		l.gen.rec = next
+		l.total = total
+		return nil
+	}, nil
+}
+
+// scheduleSteps is the number of optimizer steps the LR schedule spans
+// under knobs k: total_batches, or num_rollout × passes × steps per pass.
+func (l *loop) scheduleSteps(k schema.Knobs) int {
+	if k.TotalBatches > 0 {
+		return k.TotalBatches
+	}
+	return k.NumRollout * max(k.NumTrainPasses, 1) * l.stepsPerPass(l.expectedRows(l.kind))
+}
+
+// nextVersion is the number of the next recipe version: after every
+// recorded one, so a resumed run never rewrites the history of versions
+// applied after its checkpoint.
+func (l *loop) nextVersion() (int, error) {
+	vs, err := l.dir.RecipeVersions()
+	if err != nil {
+		return 0, err
+	}
+	if len(vs) == 0 {
+		return 1, nil
+	}
+	return vs[len(vs)-1] + 1, nil
+}
+
+// vetRecipe runs `stx vet`'s pipeline on a resolved recipe (rendered as CUE
+// in a temporary file).
+func vetRecipe(r *schema.Recipe) error {
+	text, err := RecipeCUE(r)
+	if err != nil {
+		return err
+	}
+	dir, err := os.MkdirTemp("", "stx-vet-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	path := filepath.Join(dir, "recipe.cue")
+	if err := os.WriteFile(path, text, 0o644); err != nil {
+		return err
+	}
+	_, err = loadRecipeText(path, r.Name)
+	return err
+}
+
+// loadRecipeText loads recipe name from a file of resolved recipe text
+// (recipes/v<N>.cue, config.cue), without any override.
+func loadRecipeText(path, name string) (*schema.Recipe, error) {
+	cat, err := Load([]string{path}, schema.Options{Only: name})
+	if err != nil {
+		return nil, err
+	}
+	r, ok := cat.Recipes[name]
+	if !ok {
+		if len(cat.Names) != 1 {
+			return nil, fmt.Errorf("%s: want recipe %q, found %v", path, name, cat.Names)
+		}
+		if r, ok = cat.Recipes[cat.Names[0]]; !ok {
+			return nil, fmt.Errorf("%s: recipe %q is not valid", path, cat.Names[0])
+		}
+	}
+	return r, nil
+}
+
+// resumePoint is where a resumed run starts: its run directory, last
+// complete checkpoint, the loop state saved there and the recipe version
+// that was in force at that checkpoint.
+type resumePoint struct {
+	dir     *rundir.Dir
+	cp      rundir.Checkpoint
+	state   loopState
+	version int
+	text    []byte
+	recipe  *schema.Recipe
+}
+
+// openResume opens the run to resume and reads its last complete
+// checkpoint, including the recipe version in force there (v1 for
+// checkpoints written before versions were recorded).
+func openResume(path, name string) (_ *resumePoint, err error) {
+	d, err := rundir.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			d.Close()
+		}
+	}()
+	if _, err := d.Clean(); err != nil {
+		return nil, err
+	}
+	cp, ok, err := d.Latest()
+	if err != nil {
+		return nil, err
+	}
+	if !ok {
+		return nil, fmt.Errorf("resume %s: no complete checkpoint", path)
+	}
+	if err := cp.Verify(); err != nil {
+		return nil, fmt.Errorf("resume %s: %w", path, err)
+	}
+	data, err := os.ReadFile(filepath.Join(cp.Path, engineFile))
+	if err != nil {
+		return nil, fmt.Errorf("resume: %w", err)
+	}
+	rp := &resumePoint{dir: d, cp: cp}
+	if err := json.Unmarshal(data, &rp.state); err != nil {
+		return nil, fmt.Errorf("resume: %s: %w", engineFile, err)
+	}
+	rp.version = max(rp.state.Version, 1)
+	if rp.text, err = d.ReadRecipe(rp.version); err != nil {
+		return nil, fmt.Errorf("resume %s: %w", path, err)
+	}
+	if rp.recipe, err = loadRecipeText(filepath.Join(path, rundir.RecipesDir, fmt.Sprintf("v%d.cue", rp.version)), name); err != nil {
+		return nil, fmt.Errorf("resume %s: recipe v%d: %w", path, rp.version, err)
+	}
+	return rp, nil
+}
+
+// indent prefixes every line with two spaces.
+func indent(s string) string {
+	return "  " + strings.ReplaceAll(strings.TrimRight(s, "\n"), "\n", "\n  ")
+}
