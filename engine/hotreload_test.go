@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"fmt"
+	"maps"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -11,8 +12,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gomlx/gomlx/pkg/core/graph"
+	"github.com/gomlx/gomlx/pkg/core/tensors"
+	gomlxctx "github.com/gomlx/gomlx/pkg/ml/context"
+
 	"stx.dev/stx/engine/reload"
 	"stx.dev/stx/engine/rundir"
+	"stx.dev/stx/runtime"
 	"stx.dev/stx/schema"
 	"stx.dev/stx/specializations"
 )
@@ -521,6 +527,11 @@ func TestEveryHotKnobIsClassified(t *testing.T) {
 	}
 }
 
+// TestHotKnobsReachSamplerAndSpecialization: a reload reaches the sampler and,
+// through the rebuilt host-side specialization, the actor's micro-batches: the
+// entropy and KL coefficients and the clip bounds are scalar batch inputs, so
+// the trainer's loss, compiled before the edit, is not traced again and yet
+// computes with the new clip_ratio_high. A cold knob (dro_beta) is refused.
 func TestHotKnobsReachSamplerAndSpecialization(t *testing.T) {
 	cat := runCatalog(t, "grpo", "knobs.rollout_batch_size=2", "knobs.n_samples_per_prompt=2", "knobs.max_new_tokens=4")
 	l, err := newLoop(cat.Recipes["grpo"], RunOptions{})
@@ -536,47 +547,105 @@ func TestHotKnobsReachSamplerAndSpecialization(t *testing.T) {
 		t.Fatal(err)
 	}
 	l.version = 1
+	if got := l.rec.Knobs.ClipRatioHigh; got != 0.2 {
+		t.Fatalf("grpo's clip_ratio_high is %g; the test expects the schema default 0.2", got)
+	}
+
+	// The primary's trainer, with its loss function counted: each count is a
+	// trace, that is a graph built for compilation.
+	r := l.primary
+	traces := 0
+	inner := r.spec.Loss()
+	counted := func(ctx *gomlxctx.Context, m *runtime.Model, batch map[string]*graph.Node) (*graph.Node, map[string]*graph.Node) {
+		traces++
+		return inner(ctx, m, batch)
+	}
+	cfg, err := trainerConfig(l.rec.Knobs, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.trainer, err = runtime.NewTrainer(l.backend, r.model, counted, cfg); err != nil {
+		t.Fatal(err)
+	}
+	b, err := l.gen.generate(0, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts := l.batchOptions(r, 1)
+	if err := produceInto(r.ref, b.data, opts, []string{specializations.KeyLogProbs}, []string{specializations.KeyRefLogProbs}); err != nil {
+		t.Fatal(err)
+	}
+	// step prepares the rollout with the role's current specialization, with
+	// every advantage 1 and every ratio far above 1 + ε_high, so that PPO's
+	// pg_loss is −(1 + ε_high) whatever the model; it returns the micro-batches.
+	step := func(wantPG float64) []map[string]*tensors.Tensor {
+		t.Helper()
+		mbs, err := r.spec.PrepareBatch(b.data, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		saturated := make([]map[string]*tensors.Tensor, len(mbs))
+		for i, mb := range mbs {
+			saturated[i] = maps.Clone(mb)
+			for key, v := range map[string]float32{"advantages": 1, specializations.KeySamplerLogProbs: -100} {
+				data := make([]float32, mb[key].Shape().Size())
+				for j := range data {
+					data[j] = v
+				}
+				saturated[i][key] = tensors.FromFlatDataAndDimensions(data, mb[key].Shape().Dimensions...)
+			}
+		}
+		res, err := r.trainer.Step(saturated)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := res.Metrics["pg_loss"]; math.Abs(got-wantPG) > 1e-5 {
+			t.Errorf("pg_loss %g, want %g", got, wantPG)
+		}
+		return mbs
+	}
+	step(-1.2)
+	compiled := traces
+	if compiled == 0 {
+		t.Fatal("the trainer's step traced no loss")
+	}
+
 	edited := *l.rec
 	edited.Knobs.Temperature, edited.Knobs.EntropyCoef, edited.Knobs.KLLossCoef = 0.5, 0.01, 0.2
-	edited.Knobs.ClipRatioLow = 0.1
+	edited.Knobs.ClipRatioHigh = 0.1
+	edited.Knobs.DROBeta = 0.1
 	if err := l.reloadTo(0, &edited); err != nil {
 		t.Fatal(err)
 	}
 	if got := l.gen.sampleOptions(1, false).Temperature; got != 0.5 {
 		t.Errorf("sampler temperature %g, want 0.5", got)
 	}
-	if l.rec.Knobs.ClipRatioLow != cat.Recipes["grpo"].Knobs.ClipRatioLow {
-		t.Errorf("clip_ratio_low changed to %g: it is compiled into the loss", l.rec.Knobs.ClipRatioLow)
+	if l.rec.Knobs.DROBeta != cat.Recipes["grpo"].Knobs.DROBeta {
+		t.Errorf("dro_beta changed to %g: it is compiled into the loss", l.rec.Knobs.DROBeta)
 	}
-	// The actor's batch carries the new coefficients as graph inputs.
-	b, err := l.gen.generate(0, 1)
-	if err != nil {
-		t.Fatal(err)
+	// The actor's batch carries the new coefficients and bounds as graph inputs,
+	// and the trainer's compiled loss computes with them.
+	mbs := step(-1.1)
+	if traces != compiled {
+		t.Errorf("the loss was traced %d times before the reload and %d after: the edit rebuilt the graph", compiled, traces)
 	}
-	r := l.primary
-	opts := l.batchOptions(r, 1)
-	if err := produceInto(r.ref, b.data, opts, []string{specializations.KeyLogProbs}, []string{specializations.KeyRefLogProbs}); err != nil {
-		t.Fatal(err)
-	}
-	mbs, err := r.spec.PrepareBatch(b.data, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for key, want := range map[string]float64{"coef_entropy": 0.01, "coef_kl": 0.2} {
-		v := mbs[0][key]
-		if v == nil {
-			t.Fatalf("batch has no %s", key)
-		}
-		if got := v.Value().(float32); math.Abs(float64(got)-want) > 1e-7 {
-			t.Errorf("%s = %g, want %g", key, got, want)
+	for key, want := range map[string]float64{"coef_entropy": 0.01, "coef_kl": 0.2, "clip_ratio_low": 0.2, "clip_ratio_high": 0.1} {
+		for i, mb := range mbs {
+			v := mb[key]
+			if v == nil {
+				t.Fatalf("micro-batch %d has no %s", i, key)
+			}
+			if got := v.Value().(float32); math.Abs(float64(got)-want) > 1e-7 {
+				t.Errorf("micro-batch %d: %s = %g, want %g", i, key, got, want)
+			}
 		}
 	}
 	ev := eventsOf(t, l.dir.Path(), rundir.EventReloadRefused)
-	if len(ev) != 1 || !strings.Contains(ev[0].Message, "knobs.clip_ratio_low: 0.2 → 0.1 (cold knob)") {
+	if len(ev) != 1 || !strings.Contains(ev[0].Message, "knobs.dro_beta: 0.05 → 0.1 (cold knob)") {
 		t.Errorf("reload_refused: %+v", ev)
 	}
 	ap := eventsOf(t, l.dir.Path(), rundir.EventReloadApplied)
-	if len(ap) != 1 || len(ap[0].Changes) != 3 || ap[0].Version != 2 {
+	if len(ap) != 1 || len(ap[0].Changes) != 4 || ap[0].Version != 2 {
 		t.Errorf("reload_applied: %+v", ap)
 	}
 }

@@ -56,13 +56,14 @@ const (
 	// (Trainer.SetSchedule: no recompilation, AdamW moments untouched).
 	useSchedule
 	// useHost knobs are read by specializations on the host (batch inputs
-	// such as coef_entropy, advantages, β of F.6): the roles' host-side
-	// specializations are rebuilt with the new knobs.
+	// such as coef_entropy and the actor's clip bounds, advantages, β of
+	// F.6): the roles' host-side specializations are rebuilt with the new
+	// knobs, while the compiled loss reads them from the batch.
 	useHost
 )
 
 // hotKnobUse classifies the schema's hot knobs for this engine. Knobs that
-// are constants of a compiled graph (clip ranges, β, weight decay, ...) are
+// are constants of a compiled graph (dual_clip_c, β, weight decay, ...) are
 // @knob(cold) in the schema, so `stx knobs` tells users the truth. A hot knob missing here (a
 // schema change) gets 0 and is refused: it can never slip into a running job
 // unread. TestEveryHotKnobIsClassified keeps the table complete.
@@ -81,7 +82,9 @@ func hotKnobUse(name string) (knobUse, string) {
 		"norm_adv_by_std", "adv_epsilon", "std_ddof", "gamma", "lambda", "whiten_advantages",
 		"kl_penalty_coef", "kl_discount_factor",
 		"beta_start", "beta_end", "beta_decay_rollouts",
-		"flow_sigma_sampling":
+		"flow_sigma_sampling",
+		// The actor's PPO/GSPO/CISPO clip bounds are scalar batch inputs.
+		"clip_ratio_low", "clip_ratio_high", "gspo_seq_logratio_max", "cispo_clip_low", "cispo_clip_high":
 		return useHost, ""
 	}
 	return 0, "not known to this engine's hot reload"

@@ -11,10 +11,18 @@ import (
 	"stx.dev/stx/specializations/loss"
 )
 
-// Batch keys of hot-reloadable actor coefficients.
+// Batch keys of hot-reloadable actor coefficients and clip bounds: scalar graph
+// inputs, so a hot edit reaches the compiled loss without recompiling it.
 const (
 	bKLCoef      = "coef_kl"
 	bEntropyCoef = "coef_entropy"
+	// clip_ratio_low / clip_ratio_high (ppo, gspo), gspo_seq_logratio_max (gspo),
+	// cispo_clip_low / cispo_clip_high (cispo).
+	bClipRatioLow       = "clip_ratio_low"
+	bClipRatioHigh      = "clip_ratio_high"
+	bGSPOSeqLogRatioMax = "gspo_seq_logratio_max"
+	bCISPOClipLow       = "cispo_clip_low"
+	bCISPOClipHigh      = "cispo_clip_high"
 )
 
 // Actor is the policy-gradient actor (ALGORITHMS.md C.7): L = L_pg + kl_loss_coef·agg(KL)
@@ -48,6 +56,9 @@ func NewActor(cfg RoleConfig) (*Actor, error) {
 	}
 	if _, err := loss.KLValue(0, 0, a.kl); err != nil {
 		return nil, fmt.Errorf("actor: %w", err)
+	}
+	if err := a.validateClipBounds(); err != nil {
+		return nil, err
 	}
 	return a, nil
 }
@@ -152,7 +163,56 @@ func (a *Actor) PrepareBatch(data *estimators.Rollout, opts BatchOptions) ([]map
 	if k.UseKLLoss {
 		setScalar(mbs, bKLCoef, k.KLLossCoef)
 	}
+	for key, v := range a.clipBounds() {
+		setScalar(mbs, key, v)
+	}
 	return mbs, nil
+}
+
+// clipBounds are the policy loss's clip bounds as batch inputs, by batch key; the set of
+// keys depends only on policy_loss (a cold knob), so a trainer's batch keys never change.
+func (a *Actor) clipBounds() map[string]float64 {
+	k := a.cfg.Knobs
+	switch a.policy {
+	case "ppo":
+		return map[string]float64{bClipRatioLow: k.ClipRatioLow, bClipRatioHigh: k.ClipRatioHigh}
+	case "gspo":
+		return map[string]float64{bClipRatioLow: k.ClipRatioLow, bClipRatioHigh: k.ClipRatioHigh,
+			bGSPOSeqLogRatioMax: k.GSPOSeqLogRatioMax}
+	case "cispo":
+		return map[string]float64{bCISPOClipLow: k.CISPOClipLow, bCISPOClipHigh: k.CISPOClipHigh}
+	}
+	return nil
+}
+
+// validateClipBounds checks the bounds the graph cannot check: they enter it as inputs.
+func (a *Actor) validateClipBounds() error {
+	k := a.cfg.Knobs
+	switch a.policy {
+	case "ppo", "gspo":
+		if k.ClipRatioLow < 0 || k.ClipRatioHigh < 0 {
+			return fmt.Errorf("actor: clip_ratio_low %g and clip_ratio_high %g must be >= 0", k.ClipRatioLow, k.ClipRatioHigh)
+		}
+		if a.policy == "gspo" && k.GSPOSeqLogRatioMax <= 0 {
+			return fmt.Errorf("actor: gspo_seq_logratio_max must be > 0, got %g", k.GSPOSeqLogRatioMax)
+		}
+	case "cispo":
+		if k.CISPOClipLow < 0 || k.CISPOClipHigh < k.CISPOClipLow {
+			return fmt.Errorf("actor: need 0 <= cispo_clip_low <= cispo_clip_high, got %g, %g", k.CISPOClipLow, k.CISPOClipHigh)
+		}
+	}
+	return nil
+}
+
+// boundNodes are the clip-bound inputs of batch named by keys, all required.
+func boundNodes(batch Batch, keys ...string) ([]*Node, error) {
+	nodes := make([]*Node, len(keys))
+	for i, key := range keys {
+		if nodes[i] = batch[key]; nodes[i] == nil {
+			return nil, fmt.Errorf("actor: batch has no %q (clip bounds come from PrepareBatch)", key)
+		}
+	}
+	return nodes, nil
 }
 
 // ComputeLoss is section C.7's actor objective.
@@ -163,17 +223,30 @@ func (a *Actor) ComputeLoss(out Output, batch Batch, r loss.Reducer) (*Node, map
 		Advantages: batch[estimators.KeyAdvantages], Mask: mask}
 	var pg loss.Result
 	var err error
+	// The clip bounds are batch inputs, never the knobs this specialization was built
+	// with: a trainer keeps the loss it compiled, and a hot-reloaded bound must reach it.
+	var n []*Node
 	switch a.policy {
 	case "ppo":
-		cfg := loss.PPOConfig{EpsLow: k.ClipRatioLow, EpsHigh: k.ClipRatioHigh}
+		if n, err = boundNodes(batch, bClipRatioLow, bClipRatioHigh); err != nil {
+			return nil, nil, err
+		}
+		// dual_clip_c stays a constant: turning it on or off changes the graph's shape.
+		cfg := loss.PPOConfig{EpsLowNode: n[0], EpsHighNode: n[1]}
 		if k.DualClipC != nil {
 			cfg.DualClipC = *k.DualClipC
 		}
 		pg, err = loss.PPO(pb, cfg, r)
 	case "gspo":
-		pg, err = loss.GSPO(pb, loss.GSPOConfig{EpsLow: k.ClipRatioLow, EpsHigh: k.ClipRatioHigh, SeqLogRatioMax: k.GSPOSeqLogRatioMax}, r)
+		if n, err = boundNodes(batch, bClipRatioLow, bClipRatioHigh, bGSPOSeqLogRatioMax); err != nil {
+			return nil, nil, err
+		}
+		pg, err = loss.GSPO(pb, loss.GSPOConfig{EpsLowNode: n[0], EpsHighNode: n[1], SeqLogRatioMaxNode: n[2]}, r)
 	case "cispo":
-		pg, err = loss.CISPO(pb, loss.CISPOConfig{ClipLow: k.CISPOClipLow, ClipHigh: k.CISPOClipHigh}, r)
+		if n, err = boundNodes(batch, bCISPOClipLow, bCISPOClipHigh); err != nil {
+			return nil, nil, err
+		}
+		pg, err = loss.CISPO(pb, loss.CISPOConfig{ClipLowNode: n[0], ClipHighNode: n[1]}, r)
 	case "importance_sampling":
 		pg, err = loss.ImportanceSampling(pb, 0, r)
 	case "dro":

@@ -79,6 +79,44 @@ func ratio(lp, old *Node, clamp float64) *Node {
 	return Exp(clampNoGrad(Sub(lp, old), -clamp, clamp))
 }
 
+// bound is a clip bound in x's dtype: node when set (a scalar batch input, which the
+// host can change between steps without recompiling the graph), else the constant v.
+func bound(x, node *Node, v float64) *Node {
+	if node != nil {
+		return toDType(node, x)
+	}
+	return scalar(x, v)
+}
+
+// oneMinus and onePlus turn an ε bound into the clip interval's 1 − ε and 1 + ε; the
+// constant form folds them on the host, as before nodes were accepted.
+func oneMinus(x, eps *Node, v float64) *Node {
+	if eps != nil {
+		return Sub(scalar(x, 1), toDType(eps, x))
+	}
+	return scalar(x, 1-v)
+}
+
+func onePlus(x, eps *Node, v float64) *Node {
+	if eps != nil {
+		return AddScalar(toDType(eps, x), 1)
+	}
+	return scalar(x, 1+v)
+}
+
+// checkScalars reports a bound node that is not a scalar.
+func checkScalars(what string, names []string, nodes ...*Node) error {
+	for i, n := range nodes {
+		if n != nil && n.Rank() != 0 {
+			return fmt.Errorf("%s: %s must be a scalar, got shape %s", what, names[i], n.Shape())
+		}
+	}
+	return nil
+}
+
+// clampNodes is clampNoGrad with bounds given as (scalar) nodes.
+func clampNodes(x, lo, hi *Node) *Node { return Min(Max(x, lo), hi) }
+
 // ratioStats adds ratio_mean (a masked-mean contribution), ratio_max and ratio_min
 // (over this micro-batch; 0 when it has no token) to the metrics.
 func (p policyInputs) ratioStats(res Result, rho *Node, r Reducer) {
@@ -99,6 +137,10 @@ type PPOConfig struct {
 	DualClipC float64
 	// LogRatioClamp bounds logp − old_logp before the exp; 0 means 20.
 	LogRatioClamp float64
+	// EpsLowNode and EpsHighNode, when set, are scalar nodes used instead of EpsLow and
+	// EpsHigh: clip ranges fed as batch inputs can be hot-reloaded without recompiling
+	// the loss. Their values are not checked in the graph; the caller validates them.
+	EpsLowNode, EpsHighNode *Node
 }
 
 // DefaultPPOConfig is ε_low = ε_high = 0.2, no dual clip (section C.1 defaults).
@@ -107,6 +149,9 @@ func DefaultPPOConfig() PPOConfig { return PPOConfig{EpsLow: 0.2, EpsHigh: 0.2, 
 func (c PPOConfig) resolved() (PPOConfig, error) {
 	if c.LogRatioClamp == 0 {
 		c.LogRatioClamp = 20
+	}
+	if err := checkScalars("ppo", []string{"eps_low", "eps_high"}, c.EpsLowNode, c.EpsHighNode); err != nil {
+		return c, err
 	}
 	if c.EpsLow < 0 || c.EpsHigh < 0 || c.LogRatioClamp < 0 {
 		return c, fmt.Errorf("ppo: eps_low %g, eps_high %g and log-ratio clamp %g must be >= 0",
@@ -135,7 +180,7 @@ func PPO(b PolicyBatch, cfg PPOConfig, r Reducer) (Result, error) {
 	rho := ratio(p.lp, p.old, cfg.LogRatioClamp)
 	negA := Neg(p.adv)
 	l1 := Mul(negA, rho)
-	l2 := Mul(negA, clampNoGrad(rho, 1-cfg.EpsLow, 1+cfg.EpsHigh))
+	l2 := Mul(negA, clampNodes(rho, oneMinus(rho, cfg.EpsLowNode, cfg.EpsLow), onePlus(rho, cfg.EpsHighNode, cfg.EpsHigh)))
 	// Max routes a tie (ρ inside the interval, where l1 = l2) to l1: gradient −A·ρ.
 	clipped := Max(l1, l2)
 	tokenLoss := clipped
@@ -165,6 +210,9 @@ type GSPOConfig struct {
 	EpsLow, EpsHigh float64 // clip interval [1 − ε_low, 1 + ε_high] (paper: 3e-4, 4e-4)
 	// SeqLogRatioMax caps the mean log-ratio before the exp; 0 means 10.
 	SeqLogRatioMax float64
+	// EpsLowNode, EpsHighNode and SeqLogRatioMaxNode, when set, are scalar nodes used
+	// instead of the float fields (hot-reloadable batch inputs; see PPOConfig).
+	EpsLowNode, EpsHighNode, SeqLogRatioMaxNode *Node
 }
 
 // DefaultGSPOConfig is the GSPO paper's ε_low = 3e-4, ε_high = 4e-4 (section C.2).
@@ -185,6 +233,10 @@ func GSPO(b PolicyBatch, cfg GSPOConfig, r Reducer) (Result, error) {
 	if cfg.EpsLow < 0 || cfg.EpsHigh < 0 {
 		return Result{}, fmt.Errorf("gspo: eps_low %g and eps_high %g must be >= 0", cfg.EpsLow, cfg.EpsHigh)
 	}
+	if err := checkScalars("gspo", []string{"eps_low", "eps_high", "seq_logratio_max"},
+		cfg.EpsLowNode, cfg.EpsHighNode, cfg.SeqLogRatioMaxNode); err != nil {
+		return Result{}, err
+	}
 	p, err := b.prepare("gspo", true, false)
 	if err != nil {
 		return Result{}, err
@@ -192,12 +244,12 @@ func GSPO(b PolicyBatch, cfg GSPOConfig, r Reducer) (Result, error) {
 	m := maskOf(p.mask, p.lp)
 	n := MaxScalar(ReduceSum(m, -1), 1)
 	meanLR := Div(ReduceSum(keep(Sub(p.lp, p.old), p.mask), -1), n)
-	seqRatio := StopGradient(Exp(MinScalar(meanLR, cfg.SeqLogRatioMax)))
+	seqRatio := StopGradient(Exp(Min(meanLR, bound(meanLR, cfg.SeqLogRatioMaxNode, cfg.SeqLogRatioMax))))
 	// exp(logp − sg(logp)) is 1 in value and carries ∂/∂logp = 1 per token.
 	s := Mul(InsertAxes(seqRatio, -1), Exp(Sub(p.lp, StopGradient(p.lp))))
 	negA := Neg(p.adv)
 	l1 := Mul(negA, s)
-	l2 := Mul(negA, clampNoGrad(s, 1-cfg.EpsLow, 1+cfg.EpsHigh))
+	l2 := Mul(negA, clampNodes(s, oneMinus(s, cfg.EpsLowNode, cfg.EpsLow), onePlus(s, cfg.EpsHighNode, cfg.EpsHigh)))
 	tokenLoss := Max(l1, l2)
 	res, err := p.finish("gspo", tokenLoss, r)
 	if err != nil {
@@ -215,6 +267,9 @@ type CISPOConfig struct {
 	ClipLow, ClipHigh float64
 	// LogRatioClamp bounds logp − old_logp before the exp; 0 means 20.
 	LogRatioClamp float64
+	// ClipLowNode and ClipHighNode, when set, are scalar nodes used instead of ClipLow
+	// and ClipHigh (hot-reloadable batch inputs; see PPOConfig).
+	ClipLowNode, ClipHighNode *Node
 }
 
 // DefaultCISPOConfig is lo = 0 (lower bound disabled), hi = 4 (section C.3 decision).
@@ -228,15 +283,22 @@ func CISPO(b PolicyBatch, cfg CISPOConfig, r Reducer) (Result, error) {
 	if cfg.LogRatioClamp == 0 {
 		cfg.LogRatioClamp = 20
 	}
-	if cfg.ClipLow < 0 || cfg.ClipHigh < cfg.ClipLow {
+	// Only the float bounds in use are checked: a node's value is the caller's to validate.
+	switch {
+	case cfg.ClipLowNode == nil && cfg.ClipLow < 0:
+		return Result{}, fmt.Errorf("cispo: clip_low must be >= 0, got %g", cfg.ClipLow)
+	case cfg.ClipLowNode == nil && cfg.ClipHighNode == nil && cfg.ClipHigh < cfg.ClipLow:
 		return Result{}, fmt.Errorf("cispo: need 0 <= clip_low <= clip_high, got %g, %g", cfg.ClipLow, cfg.ClipHigh)
+	}
+	if err := checkScalars("cispo", []string{"clip_low", "clip_high"}, cfg.ClipLowNode, cfg.ClipHighNode); err != nil {
+		return Result{}, err
 	}
 	p, err := b.prepare("cispo", true, false)
 	if err != nil {
 		return Result{}, err
 	}
 	rho := StopGradient(ratio(p.lp, p.old, cfg.LogRatioClamp))
-	clipped := clampNoGrad(rho, cfg.ClipLow, cfg.ClipHigh)
+	clipped := clampNodes(rho, bound(rho, cfg.ClipLowNode, cfg.ClipLow), bound(rho, cfg.ClipHighNode, cfg.ClipHigh))
 	tokenLoss := Neg(Mul(Mul(clipped, p.adv), p.lp))
 	res, err := p.finish("cispo", tokenLoss, r)
 	if err != nil {
