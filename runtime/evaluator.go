@@ -17,29 +17,46 @@ import (
 type OutputFn func(ctx *context.Context, m *Model, batch map[string]*Node) map[string]*Node
 
 // Evaluator runs an OutputFn on host batches, with graphs compiled per batch shape.
-type Evaluator struct {
-	m     *Model
-	fn    OutputFn
+type Evaluator struct{ *NamedExec }
+
+// NewEvaluator prepares forward-only evaluation of fn with m on backend.
+func NewEvaluator(backend backends.Backend, m *Model, fn OutputFn) (*Evaluator, error) {
+	x, err := NewNamedExec(backend, m.Context(), "evaluator", func(ctx *context.Context, batch map[string]*Node) map[string]*Node {
+		return fn(ctx, m, batch)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &Evaluator{x}, nil
+}
+
+// NamedExec is a compiled graph with named inputs and outputs: host tensors keyed by name
+// go in (fed in sorted-key order), host tensors keyed by name come out. Every Run must use
+// the keys of the first; graphs are compiled per input shape, and each must return the same
+// output names. Any model kind (language model, velocity MLP) can run through it.
+type NamedExec struct {
+	label string
 	mu    sync.Mutex
 	keys  []string
 	names []string
 	exec  *context.Exec
 }
 
-// NewEvaluator prepares forward-only evaluation of fn with m on backend.
-func NewEvaluator(backend backends.Backend, m *Model, fn OutputFn) (*Evaluator, error) {
-	e := &Evaluator{m: m, fn: fn}
-	exec, err := context.NewExec(backend, m.Context(), func(ctx *context.Context, in []*Node) []*Node {
+// NewNamedExec compiles fn over the variables of ctx on backend; label prefixes errors.
+func NewNamedExec(backend backends.Backend, ctx *context.Context, label string,
+	fn func(ctx *context.Context, batch map[string]*Node) map[string]*Node) (*NamedExec, error) {
+	e := &NamedExec{label: label}
+	exec, err := context.NewExec(backend, ctx, func(ctx *context.Context, in []*Node) []*Node {
 		batch := make(map[string]*Node, len(e.keys))
 		for i, k := range e.keys {
 			batch[k] = in[i]
 		}
-		outs := e.fn(ctx, e.m, batch)
+		outs := fn(ctx, batch)
 		names := slices.Sorted(maps.Keys(outs))
 		if e.names == nil {
 			e.names = names
 		} else if !slices.Equal(names, e.names) {
-			panic(fmt.Errorf("evaluator: outputs %v, earlier %v", names, e.names))
+			panic(fmt.Errorf("%s: outputs %v, earlier %v", label, names, e.names))
 		}
 		res := make([]*Node, len(names))
 		for i, n := range names {
@@ -48,14 +65,14 @@ func NewEvaluator(backend backends.Backend, m *Model, fn OutputFn) (*Evaluator, 
 		return res
 	})
 	if err != nil {
-		return nil, fmt.Errorf("evaluator: %w", err)
+		return nil, fmt.Errorf("%s: %w", label, err)
 	}
 	e.exec = exec
 	return e, nil
 }
 
 // Run evaluates one batch; every call must use the same keys.
-func (e *Evaluator) Run(batch map[string]*tensors.Tensor) (map[string]*tensors.Tensor, error) {
+func (e *NamedExec) Run(batch map[string]*tensors.Tensor) (map[string]*tensors.Tensor, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	keys := slices.Sorted(maps.Keys(batch))
@@ -63,7 +80,7 @@ func (e *Evaluator) Run(batch map[string]*tensors.Tensor) (map[string]*tensors.T
 		e.keys = keys
 	}
 	if !slices.Equal(keys, e.keys) {
-		return nil, fmt.Errorf("evaluator: batch keys %v, compiled for %v", keys, e.keys)
+		return nil, fmt.Errorf("%s: batch keys %v, compiled for %v", e.label, keys, e.keys)
 	}
 	args := make([]any, len(keys))
 	for i, k := range keys {
@@ -71,7 +88,7 @@ func (e *Evaluator) Run(batch map[string]*tensors.Tensor) (map[string]*tensors.T
 	}
 	out, err := e.exec.Exec(args...)
 	if err != nil {
-		return nil, fmt.Errorf("evaluator: %w", err)
+		return nil, fmt.Errorf("%s: %w", e.label, err)
 	}
 	res := make(map[string]*tensors.Tensor, len(out))
 	for i, n := range e.names {

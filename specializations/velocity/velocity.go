@@ -22,6 +22,8 @@ import (
 	. "github.com/gomlx/gomlx/pkg/core/graph" //nolint:revive // graph-building code reads better unqualified.
 	"github.com/gomlx/gomlx/pkg/core/tensors"
 	"github.com/gomlx/gomlx/pkg/ml/context"
+
+	"stx.dev/stx/runtime"
 )
 
 // Config sizes the MLP.
@@ -270,60 +272,15 @@ func (t *Trainer) Step(microBatches []map[string]*tensors.Tensor) (StepResult, e
 }
 
 // Evaluator runs an OutputFn forward-only on host batches.
-type Evaluator struct {
-	m     *Model
-	fn    OutputFn
-	mu    sync.Mutex
-	keys  []string
-	names []string
-	exec  *context.Exec
-}
+type Evaluator struct{ *runtime.NamedExec }
 
 // NewEvaluator prepares forward-only evaluation of fn with m on backend.
 func NewEvaluator(backend backends.Backend, m *Model, fn OutputFn) (*Evaluator, error) {
-	e := &Evaluator{m: m, fn: fn}
-	exec, err := context.NewExec(backend, m.ctx, func(ctx *context.Context, in []*Node) []*Node {
-		batch := make(map[string]*Node, len(e.keys))
-		for i, k := range e.keys {
-			batch[k] = in[i]
-		}
-		outs := e.fn(ctx, e.m, batch)
-		e.names = slices.Sorted(maps.Keys(outs))
-		res := make([]*Node, len(e.names))
-		for i, n := range e.names {
-			res[i] = outs[n]
-		}
-		return res
+	x, err := runtime.NewNamedExec(backend, m.ctx, "velocity evaluator", func(ctx *context.Context, batch map[string]*Node) map[string]*Node {
+		return fn(ctx, m, batch)
 	})
 	if err != nil {
-		return nil, fmt.Errorf("velocity evaluator: %w", err)
+		return nil, err
 	}
-	e.exec = exec
-	return e, nil
-}
-
-// Run evaluates one batch.
-func (e *Evaluator) Run(batch map[string]*tensors.Tensor) (map[string]*tensors.Tensor, error) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	keys := slices.Sorted(maps.Keys(batch))
-	if e.keys == nil {
-		e.keys = keys
-	}
-	if !slices.Equal(keys, e.keys) {
-		return nil, fmt.Errorf("velocity evaluator: batch keys %v, compiled for %v", keys, e.keys)
-	}
-	args := make([]any, len(keys))
-	for i, k := range keys {
-		args[i] = batch[k]
-	}
-	out, err := e.exec.Exec(args...)
-	if err != nil {
-		return nil, fmt.Errorf("velocity evaluator: %w", err)
-	}
-	res := make(map[string]*tensors.Tensor, len(out))
-	for i, n := range e.names {
-		res[n] = out[i]
-	}
-	return res, nil
+	return &Evaluator{x}, nil
 }
