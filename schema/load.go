@@ -14,8 +14,10 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
+	"sync"
 
 	"cuelang.org/go/cue"
 	"cuelang.org/go/cue/ast"
@@ -73,11 +75,8 @@ type Catalog struct {
 	Files []string
 
 	dir       string
-	values    map[string]cue.Value // unified with the schema
-	userRoot  cue.Value            // the user's files alone, for positions (built on demand)
-	userBuilt bool
-	userLoad  func() cue.Value
-	recipeDef cue.Value // #Recipe
+	userRoot  func() cue.Value // the user's files alone, for positions (built on first use)
+	recipeDef cue.Value        // #Recipe
 	overrides map[string][]override
 }
 
@@ -108,20 +107,13 @@ func (c *Catalog) Pos(recipe, path string) Position {
 	return Position{File: c.Files[0], Line: 1, Col: 1}
 }
 
-// Value returns the CUE value of a recipe (for export).
-func (c *Catalog) Value(recipe string) (cue.Value, bool) {
-	v, ok := c.values[recipe]
-	return v, ok
-}
-
 // user returns the user's own value, building it the first time: only
 // error reports need it.
 func (c *Catalog) user() cue.Value {
-	if !c.userBuilt && c.userLoad != nil {
-		c.userRoot = c.userLoad()
-		c.userBuilt = true
+	if c.userRoot == nil {
+		return cue.Value{}
 	}
-	return c.userRoot
+	return c.userRoot()
 }
 
 func (c *Catalog) userPos(p token.Pos) (Position, bool) {
@@ -158,7 +150,6 @@ func Load(args []string, opts Options) (*Catalog, error) {
 	c := &Catalog{
 		Recipes:   map[string]*Recipe{},
 		dir:       dir,
-		values:    map[string]cue.Value{},
 		overrides: map[string][]override{},
 	}
 	ctx := cuecontext.New()
@@ -209,13 +200,13 @@ func Load(args []string, opts Options) (*Catalog, error) {
 		stubOverlay[k] = v
 	}
 	stubOverlay[schemaPath] = load.FromString(header + stubSchema())
-	c.userLoad = func() cue.Value {
+	c.userRoot = sync.OnceValue(func() cue.Value {
 		ui := load.Instances(loadArgs, &load.Config{Dir: loadDir, Overlay: stubOverlay})
 		if len(ui) != 1 || ui[0].Err != nil {
 			return cue.Value{}
 		}
 		return ctx.BuildInstance(ui[0])
-	}
+	})
 
 	insts := load.Instances(loadArgs, &load.Config{Dir: loadDir, Overlay: overlay})
 	if len(insts) != 1 {
@@ -261,7 +252,6 @@ func Load(args []string, opts Options) (*Catalog, error) {
 		name := it.Selector().Unquoted()
 		rv := it.Value()
 		c.Names = append(c.Names, name)
-		c.values[name] = rv
 		rerrs := c.validate(rv, recipeDef, "recipes."+name)
 		if len(rerrs) > 0 {
 			errs = append(errs, rerrs...)
@@ -299,13 +289,13 @@ func Load(args []string, opts Options) (*Catalog, error) {
 		errs = append(errs, &Error{Pos: Position{File: args[0], Line: 1, Col: 1}, Msg: `no recipes: define them under a top-level "recipes" struct`})
 	}
 	if opts.Only != "" {
-		if _, ok := c.values[opts.Only]; !ok {
+		if !slices.Contains(c.Names, opts.Only) {
 			errs = append(errs, &Error{Pos: Position{File: args[0]}, Msg: fmt.Sprintf("no recipe %q%s", opts.Only, didYouMean(opts.Only, c.Names))})
 		}
 	}
 	for _, s := range sets {
 		if s.recipe != "" {
-			if _, ok := c.values[s.recipe]; !ok {
+			if !slices.Contains(c.Names, s.recipe) {
 				errs = append(errs, &Error{Pos: s.pos, Path: "recipes." + s.recipe, Msg: fmt.Sprintf("no recipe %q%s", s.recipe, didYouMean(s.recipe, c.Names))})
 			}
 		}
