@@ -23,9 +23,9 @@ func combineMetric(name string, acc, v float64, first bool) float64 {
 	switch {
 	case first:
 		return v
-	case strings.HasSuffix(name, "_max") || strings.HasSuffix(name, "max"):
+	case strings.HasSuffix(name, "_max"):
 		return math.Max(acc, v)
-	case strings.HasSuffix(name, "_min") || strings.HasSuffix(name, "min"):
+	case strings.HasSuffix(name, "_min"):
 		return math.Min(acc, v)
 	}
 	return acc + v
