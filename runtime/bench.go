@@ -48,6 +48,27 @@ type Measurement struct {
 	GFLOPs     float64 `json:"gflops"`
 	MedianS    float64 `json:"median_s"`
 	Runs       int     `json:"runs"`
+	// VsPeer is TokensPerS over PeerTokensPerS, set only for the "bench" model at the default
+	// sizes (the peer was measured there).
+	VsPeer float64 `json:"vs_peer,omitempty"`
+}
+
+// PeerTokensPerS are the PyTorch 1.13 CPU (OpenBLAS, 2 threads) figures for the "bench" model at
+// the default sizes, measured on stx's 2-core development machine (the lower ends of the ranges
+// in NOTES.md): the targets stx's CPU backend is held to.
+var PeerTokensPerS = map[string]float64{
+	"forward_logprobs":  11000,
+	"grpo_train_step":   3000,
+	"kv_cache_sampling": 2000,
+}
+
+// SetPeerRatios fills VsPeer of each measurement that has a peer figure.
+func SetPeerRatios(ms []Measurement) {
+	for i := range ms {
+		if peer, ok := PeerTokensPerS[ms[i].Name]; ok {
+			ms[i].VsPeer = ms[i].TokensPerS / peer
+		}
+	}
 }
 
 // forwardFLOPs estimates the multiply-adds ×2 of a forward pass over rows×length tokens

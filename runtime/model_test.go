@@ -8,7 +8,7 @@ import (
 
 func testBackend(t testing.TB) *Backend {
 	t.Helper()
-	b, err := NewBackend("go")
+	b, err := NewBackend("")
 	if err != nil {
 		t.Fatalf("backend: %v", err)
 	}

@@ -35,7 +35,7 @@ var (
 
 func testBackend(t testing.TB) *runtime.Backend {
 	t.Helper()
-	backendOnce.Do(func() { backend, backendErr = runtime.NewBackend("go") })
+	backendOnce.Do(func() { backend, backendErr = runtime.NewBackend("") })
 	if backendErr != nil {
 		t.Fatal(backendErr)
 	}
