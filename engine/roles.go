@@ -95,7 +95,7 @@ func buildRoles(b *runtime.Backend, g *Graph, total int) ([]*role, error) {
 			return nil, fmt.Errorf("role %q: %w", n.Role.Name, err)
 		}
 		if fs, ok := spec.(specializations.Flow); ok {
-			f, err := newFlowRole(b, rec, n, fs)
+			f, err := newFlowRole(b, rec, n, fs, total)
 			if err != nil {
 				return nil, err
 			}

@@ -13,7 +13,6 @@ import (
 	"stx.dev/stx/engine/tasks"
 	"stx.dev/stx/estimators"
 	"stx.dev/stx/runtime"
-	"stx.dev/stx/runtime/safetensors"
 	"stx.dev/stx/schema"
 	"stx.dev/stx/specializations"
 	"stx.dev/stx/specializations/velocity"
@@ -30,9 +29,11 @@ type flowRole struct {
 	spec    specializations.Flow
 	model   *velocity.Model
 	trainer *velocity.Trainer
-	// steps counts the optimizer steps taken (the velocity trainer keeps no counter).
-	steps int
-	lr    float64
+	// sched is the LR schedule of the running knobs (replaced on a hot reload);
+	// step i uses sched.LR(i), i = the trainer's count of Adam updates (a
+	// skipped, non-finite step stops the run, so no step is ever skipped
+	// in a run that goes on).
+	sched runtime.Schedule
 	// vel evaluates v_θ(x, σ) for the samplers.
 	vel *velocity.Evaluator
 	// prod computes the step log-probs of transitions (the sampler's log-probs).
@@ -41,7 +42,7 @@ type flowRole struct {
 
 // newFlowRole builds a velocity-model role. Its model.source must be the
 // built-in "flow_mlp" (2-D data, two hidden layers of flowHidden).
-func newFlowRole(b *runtime.Backend, rec *schema.Recipe, n Node, spec specializations.Flow) (*flowRole, error) {
+func newFlowRole(b *runtime.Backend, rec *schema.Recipe, n Node, spec specializations.Flow, total int) (*flowRole, error) {
 	if src := n.Role.Model.Source; src != "flow_mlp" {
 		return nil, fmt.Errorf("role %q: a velocity-model role needs model.source \"flow_mlp\", got %q", n.Role.Name, src)
 	}
@@ -50,9 +51,14 @@ func newFlowRole(b *runtime.Backend, rec *schema.Recipe, n Node, spec specializa
 		return nil, fmt.Errorf("role %q: %w", n.Role.Name, err)
 	}
 	k := rec.Knobs
-	f := &flowRole{spec: spec, model: m, lr: k.LR}
+	f := &flowRole{spec: spec, model: m, sched: schedule(k, total)}
 	if n.Role.Trainable {
-		if f.trainer, err = velocity.NewTrainer(b, m, spec.Loss(), velocity.Adam{LR: k.LR, Beta1: k.AdamBeta1, Beta2: k.AdamBeta2, Eps: k.AdamEps}); err != nil {
+		if err := f.sched.Validate(); err != nil {
+			return nil, fmt.Errorf("lr schedule knobs: %w", err)
+		}
+		// The velocity trainer is plain Adam: weight_decay does not reach velocity roles.
+		opt := velocity.Adam{LR: f.sched.LR(0), Beta1: k.AdamBeta1, Beta2: k.AdamBeta2, Eps: k.AdamEps, MaxGradNorm: k.MaxGradNorm}
+		if f.trainer, err = velocity.NewTrainer(b, m, spec.Loss(), opt); err != nil {
 			return nil, fmt.Errorf("role %q: trainer: %w", n.Role.Name, err)
 		}
 	}
@@ -83,31 +89,41 @@ func (f *flowRole) velocityAt(xs []float32, sigma []float32) ([]float32, error) 
 	return tensors.CopyFlatData[float32](out["v"])
 }
 
-// step takes one optimizer step; the velocity trainer reports no gradient norm.
+// step takes one optimizer step at the schedule's learning rate.
 func (f *flowRole) step(mbs []map[string]*tensors.Tensor) (runtime.StepResult, error) {
+	i := f.trainer.Steps()
+	if err := f.trainer.SetLR(f.sched.LR(i)); err != nil {
+		return runtime.StepResult{}, err
+	}
 	res, err := f.trainer.Step(mbs)
 	if err != nil {
 		return runtime.StepResult{}, err
 	}
-	f.steps++
-	return runtime.StepResult{Step: f.steps - 1, LR: f.lr, Loss: res.Loss, Metrics: res.Metrics}, nil
+	return runtime.StepResult{Step: i, LR: res.LR, Loss: res.Loss, GradNorm: res.GradNorm, Skipped: res.Skipped,
+		Metrics: res.Metrics}, nil
 }
 
-// save writes the velocity model's weights as model.safetensors in dir.
+// save writes the velocity model's weights (model.safetensors) and, for a
+// trainable role, its Adam state (optimizer.safetensors, state.json) to dir.
 func (f *flowRole) save(dir string) error {
-	var ts []safetensors.Tensor
-	for _, v := range f.model.Variables() {
-		t, err := v.Value()
-		if err != nil {
-			return err
-		}
-		data, err := tensors.CopyFlatData[float32](t)
-		if err != nil {
-			return err
-		}
-		ts = append(ts, safetensors.FromFloat32(v.Name(), v.Shape().Dimensions, data))
+	if err := f.model.Save(dir); err != nil {
+		return err
 	}
-	return safetensors.WriteDir(dir, ts, 0)
+	if f.trainer == nil {
+		return nil
+	}
+	return f.trainer.SaveState(dir)
+}
+
+// load restores what save wrote.
+func (f *flowRole) load(dir string) error {
+	if err := f.model.Load(dir); err != nil {
+		return err
+	}
+	if f.trainer == nil {
+		return nil
+	}
+	return f.trainer.LoadState(dir)
 }
 
 // euler integrates the probability-flow ODE from noise (σ = 1) to data

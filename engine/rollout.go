@@ -134,6 +134,22 @@ type rolloutGen struct {
 	flow *flowRole
 	// candidates is AggreVaTe's number of candidate actions per state (0: not AggreVaTe).
 	candidates int
+	// gkd mixes on-policy and teacher-generated batches with gkd_lambda (GKD).
+	gkd bool
+	// retried is told of each failed generation that is retried (attempt 1
+	// is the first retry); an error it returns ends the rollout.
+	retried func(id, attempt int, err error) error
+	// fault injects generation failures (tests only; see runHooks).
+	fault func(id, attempt int) error
+}
+
+// gkdOnPolicy draws whether GKD's rollout id is on-policy: true with
+// probability λ (ALGORITHMS.md F.3). The draw depends on the run's seed and
+// the rollout id only, so a resumed run, a retried generation and a rerun
+// all make the same choice; λ = 0 never and λ = 1 always draws true
+// (Float64 is in [0, 1)).
+func gkdOnPolicy(seed int, id int, lambda float64) bool {
+	return rand.New(rand.NewPCG(uint64(seed), uint64(id)^0x96d1a3b)).Float64() < lambda
 }
 
 // generate builds rollout id's data. seed drives the sampler.
@@ -236,16 +252,9 @@ func (g *rolloutGen) rl(id int, seed uint64) (*batch, error) {
 	byTask := map[string][]int{} // task id → rows across parts
 	offset := 0
 	for gen := 0; ; gen++ {
-		var b *batch
-		var err error
-		for attempt := 0; ; attempt++ {
-			b, err = g.sampleBatch(id, seed+uint64(gen)*1000003+uint64(attempt)*7)
-			if err == nil {
-				break
-			}
-			if attempt >= k.RolloutRetries {
-				return nil, fmt.Errorf("rollout %d: generation failed after %d retries: %w", id, attempt, err)
-			}
+		b, err := g.sampleWithRetries(id, seed+uint64(gen)*1000003)
+		if err != nil {
+			return nil, err
 		}
 		parts = append(parts, b)
 		for i, t := range b.data.TaskID {
@@ -285,6 +294,41 @@ func (g *rolloutGen) rl(id int, seed uint64) (*batch, error) {
 			return out, nil
 		}
 	}
+}
+
+// sampleWithRetries samples one batch, retrying a failed generation up to
+// rollout_retries times. A retry takes the same prompts (the data cursor is
+// rewound) with another sampling seed, so that a failure that depends on
+// the draw can pass while the data order stays that of a run without one.
+func (g *rolloutGen) sampleWithRetries(id int, seed uint64) (*batch, error) {
+	retries := g.rec.Knobs.RolloutRetries
+	cursor := g.feed.Cursor
+	for attempt := 0; ; attempt++ {
+		g.feed.Cursor = cursor
+		b, err := g.tryBatch(id, attempt, seed+uint64(attempt)*7)
+		if err == nil {
+			b.metrics["rollout/retries"] = float64(attempt)
+			return b, nil
+		}
+		if attempt >= retries {
+			return nil, fmt.Errorf("rollout %d: generation failed after %d retries (rollout_retries %d): %w", id+1, attempt, retries, err)
+		}
+		if g.retried != nil {
+			if err := g.retried(id, attempt+1, err); err != nil {
+				return nil, err
+			}
+		}
+	}
+}
+
+// tryBatch is one generation attempt.
+func (g *rolloutGen) tryBatch(id, attempt int, seed uint64) (*batch, error) {
+	if g.fault != nil {
+		if err := g.fault(id, attempt); err != nil {
+			return nil, err
+		}
+	}
+	return g.sampleBatch(id, seed)
 }
 
 // toGroups turns rows into estimator groups (one trajectory per row).
@@ -349,7 +393,19 @@ func (g *rolloutGen) sampleBatch(id int, seed uint64) (*batch, error) {
 			prompts = append(prompts, p)
 		}
 	}
-	samples, err := g.sampler.Generate(prompts, g.sampleOptions(seed, false))
+	// GKD's off-policy batches are the teacher's samples (trl's seq_kd), not
+	// the task's reference answers: the built-in tasks' answers are bare
+	// results in a format the teacher (trained elsewhere) need not share,
+	// while the teacher's own sequences are where its logits, which the
+	// loss matches, are most informative; and they exist for every task.
+	sampler, onPolicy := g.sampler, 1.0
+	if g.gkd && !gkdOnPolicy(k.Seed, id, k.GKDLambda) {
+		if g.teacher == nil {
+			return nil, fmt.Errorf("gkd needs a teacher role (init: teacher) for its off-policy batches")
+		}
+		sampler, onPolicy = g.teacher, 0
+	}
+	samples, err := sampler.Generate(prompts, g.sampleOptions(seed, false))
 	if err != nil {
 		return nil, fmt.Errorf("sample: %w", err)
 	}
@@ -409,6 +465,11 @@ func (g *rolloutGen) sampleBatch(id int, seed uint64) (*batch, error) {
 	out.metrics["termination/stop_frac"] = stopped / N
 	out.metrics["termination/length_frac"] = lengthCut / N
 	out.metrics["termination/error_frac"] = 0
+	if g.gkd {
+		// 1 when the student generated the batch, 0 when the teacher did;
+		// sampler_log_probs are then the teacher's (GKD does not read them).
+		out.metrics["gkd/on_policy"] = onPolicy
+	}
 	out.data, out.exs = b.r, b.exs
 	if err := out.data.Validate(); err != nil {
 		return nil, fmt.Errorf("rollout data: %w", err)

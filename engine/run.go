@@ -188,7 +188,7 @@ func newLoop(rec *schema.Recipe, opts RunOptions) (*loop, error) {
 	if l.primary == nil {
 		return nil, fmt.Errorf("recipe %s has no trainable role", rec.Name)
 	}
-	task, err := tasks.New(rec.Task, k.Seed)
+	task, err := tasks.NewFor(rec.Task, k)
 	if err != nil {
 		return nil, fmt.Errorf("task %s: %w", rec.Task.Name, err)
 	}
@@ -231,13 +231,27 @@ func newLoop(rec *schema.Recipe, opts RunOptions) (*loop, error) {
 			return nil, fmt.Errorf("teacher sampler: %w", err)
 		}
 	}
+	l.gen.gkd = l.primary.node.Contract.Name == "gkd"
 	if l.primary.node.Contract.Name == "aggrevate" {
 		l.gen.candidates = max(k.AggrevateCandidates, 1)
 		l.unit = l.gen.candidates
 	}
 	l.eval = newEvaluator(l.gen, task)
 	l.rng = rand.NewPCG(uint64(k.Seed), 0x5a3b1e)
+	l.gen.retried = l.logRetry
+	if opts.hooks != nil {
+		l.gen.fault = opts.hooks.rolloutFault
+	}
 	return l, nil
+}
+
+// logRetry records a retried generation in events.jsonl and on the console.
+func (l *loop) logRetry(id, attempt int, err error) error {
+	retries := l.rec.Knobs.RolloutRetries
+	l.con.printf("rollout %d: generation failed (%v); retry %d of %d\n", id+1, err, attempt, retries)
+	l.con.event("rollout_retry", map[string]any{"rollout": id, "attempt": attempt, "error": err.Error()})
+	return l.dir.LogEvent(rundir.Event{Type: rundir.EventRolloutRetry, Rollout: id, Message: err.Error(),
+		Metrics: map[string]float64{"attempt": float64(attempt)}})
 }
 
 // expectedRows is the number of rows a rollout holds before rejection.
@@ -324,7 +338,12 @@ func (l *loop) openDir() error {
 	l.state = rp.state
 	for _, r := range l.roles {
 		if r.flow != nil && r.flow.trainer != nil {
-			return fmt.Errorf("resume role %q: velocity-model roles cannot resume yet: their trainer does not expose its optimizer state", r.name())
+			if err := r.flow.load(rp.cp.RolePath(r.name())); err != nil {
+				return fmt.Errorf("resume role %q: %w", r.name(), err)
+			}
+			// The schedule follows the running recipe, not the saved one.
+			r.flow.sched = schedule(k, max(l.total, 1))
+			continue
 		}
 		if r.trainer == nil {
 			continue

@@ -43,6 +43,9 @@ type runHooks struct {
 	// watchLog receives the watcher's diagnostics as they happen (from the
 	// watcher's goroutine).
 	watchLog func(msg string)
+	// rolloutFault, when set, runs before each generation attempt of an RL
+	// rollout; an error it returns fails that attempt (the retry path).
+	rolloutFault func(id, attempt int) error
 }
 
 // knobUse says how a hot knob (schema @knob(hot)) reaches a running job.
@@ -327,14 +330,7 @@ func (l *loop) reloadRefused(id int, lines []string) error {
 func (l *loop) pinned(knob string) string {
 	use, why := hotKnobUse(knob)
 	switch use {
-	case useLoop, useHost:
-		return ""
-	case useSchedule:
-		for _, r := range l.roles {
-			if r.flow != nil && r.flow.trainer != nil {
-				return "the velocity-model trainer's learning rate is fixed when it is built"
-			}
-		}
+	case useLoop, useHost, useSchedule:
 		return ""
 	}
 	return why
@@ -378,6 +374,7 @@ func (l *loop) prepare(next *schema.Recipe) (func() error, error) {
 		for i, r := range l.roles {
 			if r.flow != nil {
 				r.flow.spec = flows[i]
+				r.flow.sched = sched
 				continue
 			}
 			r.spec = lms[i]

@@ -99,7 +99,7 @@ func TestRunSFTLowersLossAndCheckpointsReload(t *testing.T) {
 				t.Error(err)
 			}
 		}
-		be, err := runtime.NewBackend("go")
+		be, err := runtime.NewBackend("")
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -112,10 +112,7 @@ func (l *loop) trainStep(id, pass int, d *estimators.Rollout) ([]map[string]floa
 			}
 			res := outs[r.index].results[s]
 			p := r.name() + "/"
-			rec[p+"loss"], rec[p+"lr"] = res.Loss, res.LR
-			if r.flow == nil { // the velocity trainer reports no gradient norm
-				rec[p+"grad_norm"] = res.GradNorm
-			}
+			rec[p+"loss"], rec[p+"lr"], rec[p+"grad_norm"] = res.Loss, res.LR, res.GradNorm
 			if res.Skipped {
 				rec[p+"skipped"] = 1
 			}

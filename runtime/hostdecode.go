@@ -5,6 +5,8 @@ import (
 	"math"
 	"runtime"
 	"sync"
+
+	"stx.dev/stx/runtime/cpu/blas"
 )
 
 // hostDecoder runs the sampler's one-token decode steps in plain Go on the CPU. With SimpleGo a
@@ -12,8 +14,9 @@ import (
 // executes with its small-matrix kernel at about 1 GFLOP/s and with a copy of every input;
 // a matrix-times-few-vectors loop that streams each weight row once is several times faster.
 // It computes exactly the model of forward (same weights, same RoPE, same masking), in float32,
-// and is checked against the full forward in the tests. It is only used for the SimpleGo
-// backend: on an accelerator the graph decode stays on the device.
+// and is checked against the full forward in the tests. It is used for the CPU backends
+// (SimpleGo and stx's cpu backend, where a decode step as a graph would pay a graph launch and
+// a cache upload per token): on an accelerator the graph decode stays on the device.
 type hostDecoder struct {
 	c       Config
 	w       map[string][]float32
@@ -36,9 +39,14 @@ func newHostDecoder(m *Model) (*hostDecoder, error) {
 	return d, nil
 }
 
-// matVecs computes out[r] = W·x[r] for rows r (W stored [outDim, inDim]), splitting the output
-// dimension across goroutines. Each weight row is read once for all rows of x.
+// matVecs computes out[r] = W·x[r] for rows r (W stored [outDim, inDim]): out = x·Wᵀ through
+// OpenBLAS when it is loaded, else a Go loop that splits the output dimension across goroutines
+// and reads each weight row once for all rows of x.
 func (d *hostDecoder) matVecs(out []float32, w []float32, x []float32, rows, outDim, inDim int) {
+	if blas.Available() {
+		blas.Sgemm(false, true, rows, outDim, inDim, 1, x, inDim, w, inDim, 0, out, outDim)
+		return
+	}
 	chunk := (outDim + d.workers - 1) / d.workers
 	var wg sync.WaitGroup
 	for start := 0; start < outDim; start += chunk {

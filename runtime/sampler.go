@@ -38,16 +38,16 @@ type Sample struct {
 }
 
 // Sampler generates continuations with a key/value cache kept on the host (NOTES measured it
-// faster than an in-graph cache on SimpleGo). With SimpleGo, prompt and decode steps run in
-// plain Go (hostdecode.go), several times faster than SimpleGo's small-matrix kernels; on
-// other backends a prompt is one compiled forward and each decode step one compiled graph with
+// faster than an in-graph cache on SimpleGo). On the CPU backends (SimpleGo, cpu), prompt and
+// decode steps run in plain Go (hostdecode.go; matmuls through OpenBLAS when loaded), several
+// times faster than a graph launch per token; on other backends a prompt is one compiled forward and each decode step one compiled graph with
 // the cache as a fixed-capacity input, so one graph serves every step. The sampler reads the
 // model's weights at each Generate call, so it always samples from the latest trained policy.
 type Sampler struct {
 	m    *Model
 	mu   sync.Mutex
 	exec *context.Exec
-	// hostDecode runs decode steps in plain Go (SimpleGo backend); prefill stays a graph.
+	// hostDecode runs prompt and decode steps in plain Go (CPU backends).
 	hostDecode bool
 }
 
@@ -57,16 +57,17 @@ func NewSampler(backend backends.Backend, m *Model) (*Sampler, error) {
 	if err != nil {
 		return nil, fmt.Errorf("sampler: %w", err)
 	}
-	return &Sampler{m: m, exec: exec, hostDecode: isSimpleGo(backend)}, nil
+	return &Sampler{m: m, exec: exec, hostDecode: decodesOnHost(backend)}, nil
 }
 
-// isSimpleGo says whether the backend is the pure-Go one (possibly wrapped in a *Backend).
-func isSimpleGo(b backends.Backend) bool {
+// decodesOnHost says whether the backend (possibly wrapped in a *Backend) computes on this
+// CPU: SimpleGo or stx's cpu backend.
+func decodesOnHost(b backends.Backend) bool {
 	if w, ok := b.(*Backend); ok {
 		b = w.Backend
 	}
 	_, ok := b.(*simplego.Backend)
-	return ok
+	return ok || b.Name() == "cpu"
 }
 
 // decodeGraph inputs: tokens [B,T], positions [B,T], the bias among the new tokens [B,T,T] and

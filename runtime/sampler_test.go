@@ -37,7 +37,7 @@ func TestSamplerLogProbsMatchFullForward(t *testing.T) {
 				t.Fatal(err)
 			}
 			if !s.hostDecode {
-				t.Fatal("SimpleGo sampler does not decode on the host")
+				t.Fatal("the sampler of a CPU backend does not decode on the host")
 			}
 			s.hostDecode = tc.hostDecode
 			samples, err := s.Generate(prompts, SampleOptions{MaxNewTokens: 20, Temperature: 1, Seed: 3})

@@ -168,6 +168,9 @@ type Knobs struct {
 	FlowSigmaSampling string  `json:"flow_sigma_sampling"`
 	FlowClipEps       float64 `json:"flow_clip_eps"`
 
+	TaskDigits int    `json:"task_digits"`
+	TaskOps    string `json:"task_ops"`
+
 	EvalEvery            int     `json:"eval_every"`
 	EvalBeforeTrain      bool    `json:"eval_before_train"`
 	EvalOnly             bool    `json:"eval_only"`

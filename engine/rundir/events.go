@@ -24,12 +24,13 @@ const (
 	EventRunEnd          EventType = "run_end"          // Message: how it ended ("completed", an error)
 	EventStepSkipped     EventType = "step_skipped"     // Message: why no optimizer step ran (e.g. every group filtered)
 	EventWarning         EventType = "warning"          // Message: a condition worth reading that did not stop the run
+	EventRolloutRetry    EventType = "rollout_retry"    // Message: why the generation failed; Metrics: attempt (1 = the first retry)
 )
 
 // eventTypes are the known types, in the order of the constants.
 var eventTypes = []EventType{EventRunStart, EventRunResume, EventReloadApplied, EventReloadRefused,
 	EventReloadInvalid, EventCheckpointSaved, EventEval, EventNaNDetected, EventRunEnd,
-	EventStepSkipped, EventWarning}
+	EventStepSkipped, EventWarning, EventRolloutRetry}
 
 // Change is one knob a reload changed.
 type Change struct {

@@ -248,7 +248,8 @@ type jsonlTask struct {
 // one side. train_size and validation_size do not apply: every record is
 // used. Relative paths are taken as given (relative to the working
 // directory); the caller resolves them against the recipe if it wants to.
-func newJSONLTask(t schema.Task, seed int) (Task, error) {
+func newJSONLTask(t schema.Task, k schema.Knobs) (Task, error) {
+	seed := k.Seed
 	if t.Path == "" {
 		return nil, errors.New(`the "jsonl" task needs a path`)
 	}

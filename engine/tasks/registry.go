@@ -17,8 +17,9 @@ const (
 	DefaultValidationSize = 200
 )
 
-// Factory builds a task from a recipe's task section and the run's seed.
-type Factory func(t schema.Task, seed int) (Task, error)
+// Factory builds a task from a recipe's task section and the run's knobs
+// (the seed, and the task_* knobs that set a synthetic task's difficulty).
+type Factory func(t schema.Task, k schema.Knobs) (Task, error)
 
 // registry maps task names to factories. It is the package's only mutable
 // global, guarded by mu.
@@ -29,17 +30,18 @@ var (
 
 func init() {
 	for name, f := range map[string]Factory{
-		"arithmetic": func(t schema.Task, seed int) (Task, error) {
-			return NewArithmetic(ArithmeticConfig{}, t.TrainSize, t.ValidationSize, seed)
+		"arithmetic": func(t schema.Task, k schema.Knobs) (Task, error) {
+			// Zero knobs (a Knobs built in Go) take ArithmeticConfig's defaults.
+			return NewArithmetic(ArithmeticConfig{Digits: k.TaskDigits, Ops: k.TaskOps}, t.TrainSize, t.ValidationSize, k.Seed)
 		},
-		"sorting": func(t schema.Task, seed int) (Task, error) {
-			return NewSorting(SortingConfig{}, t.TrainSize, t.ValidationSize, seed)
+		"sorting": func(t schema.Task, k schema.Knobs) (Task, error) {
+			return NewSorting(SortingConfig{}, t.TrainSize, t.ValidationSize, k.Seed)
 		},
-		"reverse": func(t schema.Task, seed int) (Task, error) {
-			return NewReverse(ReverseConfig{}, t.TrainSize, t.ValidationSize, seed)
+		"reverse": func(t schema.Task, k schema.Knobs) (Task, error) {
+			return NewReverse(ReverseConfig{}, t.TrainSize, t.ValidationSize, k.Seed)
 		},
-		"mixture2d": func(t schema.Task, seed int) (Task, error) {
-			return NewMixture2D(MixtureConfig{}, t.TrainSize, t.ValidationSize, seed)
+		"mixture2d": func(t schema.Task, k schema.Knobs) (Task, error) {
+			return NewMixture2D(MixtureConfig{}, t.TrainSize, t.ValidationSize, k.Seed)
 		},
 		"jsonl": newJSONLTask,
 	} {
@@ -78,9 +80,16 @@ func Names() []string {
 	return names
 }
 
-// New builds the task a recipe's task section names, seeded with seed.
-// Zero split sizes take the schema defaults; negative ones are errors.
+// New builds the task a recipe's task section names, seeded with seed, at
+// the default difficulty.
 func New(t schema.Task, seed int) (Task, error) {
+	return NewFor(t, schema.Knobs{Seed: seed})
+}
+
+// NewFor builds the task a recipe's task section names with the run's knobs:
+// the seed and the task_* difficulty knobs (zero values take the task's
+// defaults). Zero split sizes take the schema defaults; negative ones are errors.
+func NewFor(t schema.Task, k schema.Knobs) (Task, error) {
 	mu.RLock()
 	f, ok := registry[t.Name]
 	mu.RUnlock()
@@ -97,7 +106,7 @@ func New(t schema.Task, seed int) (Task, error) {
 	if t.ValidationSize == 0 {
 		t.ValidationSize = DefaultValidationSize
 	}
-	task, err := f(t, seed)
+	task, err := f(t, k)
 	if err != nil {
 		return nil, fmt.Errorf("task %q: %w", t.Name, err)
 	}

@@ -3,6 +3,7 @@ package tasks
 import (
 	"errors"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -25,7 +26,7 @@ func TestRegistry(t *testing.T) {
 
 	boom := errors.New("boom")
 	var gotSizes [2]int
-	f := func(t schema.Task, seed int) (Task, error) {
+	f := func(t schema.Task, k schema.Knobs) (Task, error) {
 		gotSizes = [2]int{t.TrainSize, t.ValidationSize}
 		return nil, boom
 	}
@@ -142,5 +143,49 @@ func TestForKind(t *testing.T) {
 	}
 	if !Serves(mix, KindFlow) || Serves(mix, KindRL) {
 		t.Errorf("mixture kinds %v", mix.Kinds())
+	}
+}
+
+// TestNewForDifficultyKnobs: task_digits and task_ops reach the arithmetic
+// task; zero knobs keep its defaults (2 digits, "+-").
+func TestNewForDifficultyKnobs(t *testing.T) {
+	for _, tc := range []struct {
+		digits  int
+		ops     string
+		maxOpnd int
+		opsSeen string
+	}{
+		{1, "+", 9, "+"},
+		{1, "+-", 9, "+-"},
+		{0, "", 99, "+-"},
+		{3, "*", 999, "*"},
+	} {
+		task, err := NewFor(schema.Task{Name: "arithmetic", TrainSize: 80, ValidationSize: 20},
+			schema.Knobs{Seed: 3, TaskDigits: tc.digits, TaskOps: tc.ops})
+		if err != nil {
+			t.Fatal(err)
+		}
+		big, seen := 0, ""
+		for _, ex := range task.Train() {
+			i := strings.IndexAny(ex.Prompt, "+-*")
+			a, err1 := strconv.Atoi(ex.Prompt[:i])
+			b, err2 := strconv.Atoi(strings.TrimSuffix(ex.Prompt[i+1:], "="))
+			if err1 != nil || err2 != nil {
+				t.Fatalf("prompt %q does not parse", ex.Prompt)
+			}
+			big = max(big, a, b)
+			if !strings.Contains(seen, ex.Prompt[i:i+1]) {
+				seen += ex.Prompt[i : i+1]
+			}
+		}
+		if big > tc.maxOpnd || big < tc.maxOpnd*8/10 {
+			t.Errorf("digits %d: largest operand %d, want about %d", tc.digits, big, tc.maxOpnd)
+		}
+		if len(seen) != len(tc.opsSeen) || strings.Trim(seen, tc.opsSeen) != "" {
+			t.Errorf("ops %q: saw %q", tc.ops, seen)
+		}
+	}
+	if _, err := NewFor(schema.Task{Name: "arithmetic"}, schema.Knobs{TaskDigits: 12}); err == nil {
+		t.Error("12 digits accepted")
 	}
 }

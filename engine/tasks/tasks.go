@@ -5,10 +5,11 @@
 // engine closes the schema's #TaskName over, and the weighted reward
 // functions of a recipe's task section.
 //
-// The registered tasks (New builds them from a recipe's task section):
+// The registered tasks (NewFor builds them from a recipe's task section and
+// knobs):
 //
-//   - arithmetic: "12+7=" → "19" (ArithmeticConfig; default reward
-//     numeric_match);
+//   - arithmetic: "12+7=" → "19" (ArithmeticConfig, set by the task_digits
+//     and task_ops knobs; default reward numeric_match);
 //   - sorting: "sort 3 1 2:" → "1 2 3" (SortingConfig; exact_match);
 //   - reverse: "reverse abc:" → "cba" (ReverseConfig; exact_match);
 //   - mixture2d: 2-D points of a Gaussian mixture (MixtureConfig; reward

@@ -119,7 +119,11 @@ type OutputFn func(ctx *context.Context, m *Model, batch map[string]*Node) map[s
 
 // Adam configures the trainer's optimizer (PyTorch Adam semantics, no weight decay).
 type Adam struct {
+	// LR is the learning rate of the first step (0 at the start of a warmup);
+	// SetLR changes it between steps.
 	LR, Beta1, Beta2, Eps float64
+	// MaxGradNorm clips the global gradient norm (ALGORITHMS.md I.3); 0 turns clipping off.
+	MaxGradNorm float64
 }
 
 // DefaultAdam is lr 1e-3, β = (0.9, 0.999), ε = 1e-8.
@@ -127,8 +131,11 @@ func DefaultAdam() Adam { return Adam{LR: 1e-3, Beta1: 0.9, Beta2: 0.999, Eps: 1
 
 // StepResult reports one optimizer step.
 type StepResult struct {
-	Loss    float64            // sum of the micro-batch losses
-	Metrics map[string]float64 // sum over micro-batches (contributions of one mini-batch)
+	Loss     float64            // sum of the micro-batch losses
+	LR       float64            // the learning rate of the step
+	GradNorm float64            // global gradient norm before clipping
+	Skipped  bool               // the norm was not finite: the weights and moments were left as they were
+	Metrics  map[string]float64 // sum over micro-batches (contributions of one mini-batch)
 }
 
 // Trainer takes Adam steps on a velocity model, summing the gradients of the micro-batches
@@ -150,7 +157,7 @@ type Trainer struct {
 
 // NewTrainer prepares training of m with loss on backend.
 func NewTrainer(backend backends.Backend, m *Model, loss LossFn, opt Adam) (*Trainer, error) {
-	if opt.LR <= 0 || opt.Beta1 < 0 || opt.Beta1 >= 1 || opt.Beta2 < 0 || opt.Beta2 >= 1 || opt.Eps <= 0 {
+	if opt.LR < 0 || opt.Beta1 < 0 || opt.Beta1 >= 1 || opt.Beta2 < 0 || opt.Beta2 >= 1 || opt.Eps <= 0 || opt.MaxGradNorm < 0 {
 		return nil, fmt.Errorf("velocity trainer: invalid Adam config %+v", opt)
 	}
 	t := &Trainer{m: m, loss: loss, opt: opt}
@@ -204,22 +211,65 @@ func (t *Trainer) accumulateGraph(ctx *context.Context, in []*Node) []*Node {
 	return append([]*Node{ConvertDType(loss, dtypes.Float64)}, mets...)
 }
 
-// applyGraph inputs: lr·√(1−β2^t)/(1−β1^t) (the folded bias correction), then the batch.
+// applyGraph inputs: lr·√(1−β2^t)/(1−β1^t) (the folded bias correction, so that a
+// new learning rate needs no recompilation), then the batch. Outputs: the loss, the
+// global gradient norm before clipping, the metrics.
 func (t *Trainer) applyGraph(ctx *context.Context, in []*Node) []*Node {
 	stepSize := in[0]
 	loss, mets, grads := t.lossAndGrads(ctx, in[1:])
 	g := loss.Graph()
-	for i, v := range t.m.vars {
-		grad := Add(t.acc[i].ValueGraph(g), grads[i])
-		t.acc[i].SetValueGraph(ZerosLike(grad))
-		m := Add(MulScalar(t.mom[i].ValueGraph(g), t.opt.Beta1), MulScalar(grad, 1-t.opt.Beta1))
-		vv := Add(MulScalar(t.vel[i].ValueGraph(g), t.opt.Beta2), MulScalar(Square(grad), 1-t.opt.Beta2))
-		t.mom[i].SetValueGraph(m)
-		t.vel[i].SetValueGraph(vv)
-		upd := Div(Mul(m, ConvertDType(stepSize, m.DType())), AddScalar(Sqrt(vv), t.opt.Eps))
-		v.SetValueGraph(Sub(v.ValueGraph(g), upd))
+	for i := range grads {
+		grads[i] = Add(t.acc[i].ValueGraph(g), grads[i])
+		t.acc[i].SetValueGraph(ZerosLike(grads[i]))
 	}
-	return append([]*Node{ConvertDType(loss, dtypes.Float64)}, mets...)
+	// ALGORITHMS.md I.3: G = √Σg², g ← g·min(1, max/(G+1e-6)); a non-finite G
+	// skips the update (the accumulators are zeroed either way).
+	var sq *Node
+	for _, gr := range grads {
+		s := ReduceAllSum(Square(gr))
+		if sq == nil {
+			sq = s
+		} else {
+			sq = Add(sq, s)
+		}
+	}
+	norm := Sqrt(sq)
+	coef := OnesLike(norm)
+	if t.opt.MaxGradNorm > 0 {
+		coef = Min(coef, Div(Scalar(g, norm.DType(), t.opt.MaxGradNorm), AddScalar(norm, 1e-6)))
+	}
+	finite := IsFinite(norm)
+	for i, v := range t.m.vars {
+		grad := Mul(grads[i], coef)
+		oldM, oldV, p := t.mom[i].ValueGraph(g), t.vel[i].ValueGraph(g), v.ValueGraph(g)
+		m := Add(MulScalar(oldM, t.opt.Beta1), MulScalar(grad, 1-t.opt.Beta1))
+		vv := Add(MulScalar(oldV, t.opt.Beta2), MulScalar(Square(grad), 1-t.opt.Beta2))
+		upd := Div(Mul(m, ConvertDType(stepSize, m.DType())), AddScalar(Sqrt(vv), t.opt.Eps))
+		t.mom[i].SetValueGraph(Where(finite, m, oldM))
+		t.vel[i].SetValueGraph(Where(finite, vv, oldV))
+		v.SetValueGraph(Where(finite, Sub(p, upd), p))
+	}
+	out := []*Node{ConvertDType(loss, dtypes.Float64), ConvertDType(norm, dtypes.Float64)}
+	return append(out, mets...)
+}
+
+// SetLR sets the learning rate of the next steps (a schedule's value; no recompilation).
+func (t *Trainer) SetLR(lr float64) error {
+	if !(lr >= 0) || math.IsInf(lr, 0) {
+		return fmt.Errorf("velocity trainer: learning rate %g", lr)
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.opt.LR = lr
+	return nil
+}
+
+// Steps is the number of Adam updates taken (skipped steps excluded: their
+// bias correction must not advance, as in PyTorch).
+func (t *Trainer) Steps() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.steps
 }
 
 // Step takes one optimizer step over the micro-batches (every one with the same keys).
@@ -238,7 +288,7 @@ func (t *Trainer) Step(microBatches []map[string]*tensors.Tensor) (StepResult, e
 			return StepResult{}, fmt.Errorf("velocity train step: micro-batch %d has keys %v, want %v", i, keys, t.keys)
 		}
 	}
-	res := StepResult{Metrics: map[string]float64{}}
+	res := StepResult{LR: t.opt.LR, Metrics: map[string]float64{}}
 	args := func(mb map[string]*tensors.Tensor) []any {
 		a := make([]any, len(t.keys))
 		for i, k := range t.keys {
@@ -266,8 +316,13 @@ func (t *Trainer) Step(microBatches []map[string]*tensors.Tensor) (StepResult, e
 	if err != nil {
 		return StepResult{}, fmt.Errorf("velocity train step, micro-batch %d: %w", last, err)
 	}
+	res.GradNorm = tensors.ToScalar[float64](out[1])
+	out = append(out[:1], out[2:]...)
 	collect(out)
-	t.steps++
+	res.Skipped = math.IsNaN(res.GradNorm) || math.IsInf(res.GradNorm, 0)
+	if !res.Skipped {
+		t.steps++
+	}
 	return res, nil
 }
 

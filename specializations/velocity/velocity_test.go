@@ -14,7 +14,7 @@ import (
 // different seed different ones, and Adam steps on a fixed regression target lower the
 // squared error.
 func TestForwardDeterministicAndTrainable(t *testing.T) {
-	be, err := runtime.NewBackend("go")
+	be, err := runtime.NewBackend("")
 	if err != nil {
 		t.Fatal(err)
 	}
