@@ -9,9 +9,15 @@ all: build
 build:
 	$(GO) build -o $(STX) ./cmd/stx
 
-# test: formatting, vet and every test of the module.
+# test: formatting, vet and every test of the module on the default backend (stx's cpu backend
+# where OpenBLAS is installed, else SimpleGo); then the packages that compute again on SimpleGo;
+# then the builds without OpenBLAS (-tags noopenblas: the cpu backend's Go GEMM) and without cgo.
 test: fmt-check vet
 	$(GO) test -count=1 ./...
+	GOMLX_BACKEND=go $(GO) test -count=1 ./runtime/... ./specializations/... ./engine/... ./cmd/...
+	$(GO) vet -tags noopenblas ./runtime/...
+	$(GO) test -count=1 -tags noopenblas ./runtime/ ./runtime/cpu/...
+	CGO_ENABLED=0 $(GO) build -o /dev/null ./cmd/stx
 
 vet:
 	$(GO) vet ./...

@@ -15,41 +15,7 @@ func TestFlowResumeEqualsUninterrupted(t *testing.T) {
 	sets := []string{"knobs.num_rollout=4", "knobs.rollout_batch_size=4", "knobs.n_samples_per_prompt=4",
 		"knobs.eval_every=2", "knobs.save_every=0", "knobs.num_train_passes=2", `knobs.lr_schedule="cosine"`,
 		"knobs.warmup_steps=2", "knobs.max_grad_norm=0.5", "knobs.lr=1e-2"}
-	full, err := Run(context.Background(), runCatalog(t, "flow_grpo", sets...), "flow_grpo", RunOptions{RunsDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	w := &cancelAfter{line: "rollout 2/4", cancel: cancel}
-	part, err := Run(ctx, runCatalog(t, "flow_grpo", sets...), "flow_grpo", RunOptions{RunsDir: t.TempDir(), Out: w})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !part.Interrupted || part.Rollouts != 2 {
-		t.Fatalf("interrupted run: %+v", part)
-	}
-	res, err := Run(context.Background(), runCatalog(t, "flow_grpo", sets...), "flow_grpo", RunOptions{Resume: part.Dir})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if res.Rollouts != 2 || res.Steps != full.Steps {
-		t.Fatalf("resumed run: %d rollouts, %d steps; want 2 and %d", res.Rollouts, res.Steps, full.Steps)
-	}
-	a, b := comparable(metrics(t, full.Dir)), comparable(metrics(t, part.Dir))
-	if len(a) != len(b) {
-		t.Fatalf("%d records uninterrupted, %d resumed", len(a), len(b))
-	}
-	for i := range a {
-		for k, v := range a[i] {
-			if b[i][k] != v {
-				t.Errorf("record %d %s: uninterrupted %v, resumed %v", i, k, v, b[i][k])
-			}
-		}
-		if len(a[i]) != len(b[i]) {
-			t.Errorf("record %d: keys differ: %v vs %v", i, a[i], b[i])
-		}
-	}
+	full := checkResumeEqualsUninterrupted(t, "flow_grpo", sets...)
 	// The schedule really moved: warmup, then the cosine decay.
 	tr := trainRecords(metrics(t, full.Dir))
 	lr0, lrPeak, lrLast := num(t, tr[0], "policy/lr"), num(t, tr[2], "policy/lr"), num(t, tr[len(tr)-1], "policy/lr")

@@ -215,23 +215,31 @@ func comparable(recs []map[string]any) []map[string]any {
 }
 
 func TestResumeEqualsUninterrupted(t *testing.T) {
-	sets := []string{"knobs.num_rollout=4", "knobs.rollout_batch_size=4", "knobs.n_samples_per_prompt=4",
-		"knobs.eval_every=2", "knobs.save_every=0", "knobs.num_train_passes=2", "task.validation_size=8"}
-	full, err := Run(context.Background(), runCatalog(t, "grpo", sets...), "grpo", RunOptions{RunsDir: t.TempDir()})
+	checkResumeEqualsUninterrupted(t, "grpo", "knobs.num_rollout=4", "knobs.rollout_batch_size=4",
+		"knobs.n_samples_per_prompt=4", "knobs.eval_every=2", "knobs.save_every=0", "knobs.num_train_passes=2",
+		"task.validation_size=8")
+}
+
+// checkResumeEqualsUninterrupted runs recipe (4 rollouts, with sets) uninterrupted, then again
+// stopped after rollout 2 and resumed, and requires the same metrics record for record. It
+// returns the uninterrupted run.
+func checkResumeEqualsUninterrupted(t *testing.T, recipe string, sets ...string) *Result {
+	t.Helper()
+	full, err := Run(context.Background(), runCatalog(t, recipe, sets...), recipe, RunOptions{RunsDir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	w := &cancelAfter{line: "rollout 2/4", cancel: cancel}
-	part, err := Run(ctx, runCatalog(t, "grpo", sets...), "grpo", RunOptions{RunsDir: t.TempDir(), Out: w})
+	part, err := Run(ctx, runCatalog(t, recipe, sets...), recipe, RunOptions{RunsDir: t.TempDir(), Out: w})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !part.Interrupted || part.Rollouts != 2 {
 		t.Fatalf("interrupted run: %+v", part)
 	}
-	res, err := Run(context.Background(), runCatalog(t, "grpo", sets...), "grpo", RunOptions{Resume: part.Dir})
+	res, err := Run(context.Background(), runCatalog(t, recipe, sets...), recipe, RunOptions{Resume: part.Dir})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -252,6 +260,7 @@ func TestResumeEqualsUninterrupted(t *testing.T) {
 			t.Errorf("record %d: keys differ: %v vs %v", i, a[i], b[i])
 		}
 	}
+	return full
 }
 
 func TestNonFiniteLossStops(t *testing.T) {

@@ -9,16 +9,28 @@ import (
 
 	"github.com/gomlx/gomlx/backends"
 	_ "github.com/gomlx/gomlx/backends/simplego" // the pure-Go backend is always compiled in.
+
+	_ "stx.dev/stx/runtime/cpu" // stx's own CPU backend ("cpu"): OpenBLAS GEMM when available.
+	"stx.dev/stx/runtime/cpu/blas"
 )
 
-// DefaultBackendSpec is the backend used when neither a flag nor $GOMLX_BACKEND names one:
-// SimpleGo executing graph nodes one after another (matmuls still split across the worker
-// pool). SimpleGo's default can deadlock (matmul tasks wait for pool slots held by the nodes
-// that spawned them). "parallelism=-1" avoids the deadlock and ran ~15 % faster here, but its
-// parallel node executor has a data race in v0.26.0 (go test -race: exec.go reads numUsed
-// without the lock that guards its increments), which decides whether a node may overwrite
-// an input buffer in place; so stx does not use it by default.
-const DefaultBackendSpec = "go:ops_sequential"
+// SimpleGoSpec is how stx runs GoMLX's pure-Go backend: graph nodes executed one after another
+// (matmuls still split across the worker pool). SimpleGo's default can deadlock (matmul tasks
+// wait for pool slots held by the nodes that spawned them). "parallelism=-1" avoids the deadlock
+// and ran ~15 % faster here, but its parallel node executor has a data race in v0.26.0 (go test
+// -race: exec.go reads numUsed without the lock that guards its increments), which decides
+// whether a node may overwrite an input buffer in place; so stx does not use it by default.
+const SimpleGoSpec = "go:ops_sequential"
+
+// DefaultBackendSpec is the backend used when neither a flag nor $GOMLX_BACKEND names one: stx's
+// own "cpu" backend when OpenBLAS can be loaded (it is several times faster than SimpleGo), else
+// SimpleGo (the cpu backend's pure-Go GEMM is slower than SimpleGo's).
+func DefaultBackendSpec() string {
+	if blas.Available() {
+		return "cpu"
+	}
+	return SimpleGoSpec
+}
 
 // stdoutMu serialises the stdout redirection of NewBackend.
 var stdoutMu sync.Mutex
@@ -39,21 +51,29 @@ func (b *Backend) Describe() string {
 }
 
 // NormalizeBackendSpec turns a user's backend choice into a GoMLX configuration string.
-// Accepted forms: "" or "go" (SimpleGo), "go:<options>", "xla" (the first installed PJRT
+// Accepted forms: "" (DefaultBackendSpec), "go" (SimpleGo), "go:<options>", "cpu" or "cpu:<options>" (stx's own
+// CPU backend, package runtime/cpu), "xla" (the first installed PJRT
 // plugin), "xla:<plugin>" (a plugin name such
 // as "cuda" or "cpu", searched in PJRT_PLUGIN_LIBRARY_PATH and the standard places), "xla:/abs/plugin.so",
 // or a bare path to a PJRT plugin ("./pjrt_c_api_cuda_plugin.so"), which is made absolute.
 func NormalizeBackendSpec(spec string) (string, error) {
 	spec = strings.TrimSpace(spec)
 	switch {
-	case spec == "" || spec == "go" || spec == "simplego":
-		return DefaultBackendSpec, nil
+	case spec == "":
+		return DefaultBackendSpec(), nil
+	case spec == "go" || spec == "simplego":
+		return SimpleGoSpec, nil
 	case strings.HasPrefix(spec, "go:") || strings.HasPrefix(spec, "simplego:"):
 		_, cfg, _ := strings.Cut(spec, ":")
 		if !strings.Contains(cfg, "parallelism") && !strings.Contains(cfg, "ops_sequential") {
 			cfg = strings.Trim("ops_sequential,"+cfg, ",")
 		}
 		return "go:" + cfg, nil
+	case spec == "cpu" || spec == "cpu:":
+		return "cpu", nil
+	case strings.HasPrefix(spec, "cpu:"):
+		// Options are checked by the backend's constructor.
+		return spec, nil
 	case spec == "xla":
 		// The first installed plugin (cuda before cpu); never downloaded.
 		return "xla", nil
@@ -77,7 +97,7 @@ func NormalizeBackendSpec(spec string) (string, error) {
 		}
 		return "xla:" + abs, nil
 	}
-	return "", fmt.Errorf("unknown backend %q: use \"go\", \"xla:<plugin>\" or a path to a PJRT plugin", spec)
+	return "", fmt.Errorf("unknown backend %q: use \"go\", \"cpu\", \"xla:<plugin>\" or a path to a PJRT plugin", spec)
 }
 
 func pluginPath(p string) (string, error) {
@@ -96,9 +116,9 @@ func pluginPath(p string) (string, error) {
 }
 
 // NewBackend creates the backend named by spec (a --backend flag value); an empty spec falls
-// back to $GOMLX_BACKEND and then to SimpleGo. It never downloads anything: PJRT plugin
-// auto-installation is disabled, and a missing plugin or a backend not compiled into this
-// binary is returned as an error.
+// back to $GOMLX_BACKEND and then to DefaultBackendSpec (cpu with OpenBLAS, else SimpleGo). It
+// never downloads anything: PJRT plugin auto-installation is disabled, and a missing plugin or
+// a backend not compiled into this binary is returned as an error.
 func NewBackend(spec string) (b *Backend, err error) {
 	source := "flag"
 	if strings.TrimSpace(spec) == "" {

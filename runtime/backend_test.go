@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"stx.dev/stx/runtime/cpu/blas"
 )
 
 func TestNormalizeBackendSpec(t *testing.T) {
@@ -13,8 +15,10 @@ func TestNormalizeBackendSpec(t *testing.T) {
 		t.Fatal(err)
 	}
 	cases := []struct{ in, want, err string }{
-		{"", DefaultBackendSpec, ""},
-		{"go", DefaultBackendSpec, ""},
+		{"", DefaultBackendSpec(), ""},
+		{"go", SimpleGoSpec, ""},
+		{"cpu", "cpu", ""},
+		{"cpu:", "cpu", ""},
 		{"go:ops_sequential", "go:ops_sequential", ""},
 		{"go:foo", "go:ops_sequential,foo", ""},
 		{"go:parallelism=2", "go:parallelism=2", ""},
@@ -45,8 +49,12 @@ func TestNewBackend(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.HasPrefix(b.Spec, "go:") || b.Source != "default" || !strings.Contains(b.Describe(), "go:ops_sequential") {
+	if b.Spec != DefaultBackendSpec() || b.Source != "default" || !strings.Contains(b.Describe(), DefaultBackendSpec()) {
 		t.Errorf("default backend: %s", b.Describe())
+	}
+	// The cpu backend names its GEMM: where OpenBLAS loads, the default is cpu and says so.
+	if blas.Available() && (b.Name() != "cpu" || !strings.Contains(b.Describe(), "OpenBLAS")) {
+		t.Errorf("OpenBLAS is loaded but the default backend is %s", b.Describe())
 	}
 	t.Setenv("GOMLX_BACKEND", "go:parallelism=-1")
 	if b, err := NewBackend(""); err != nil || b.Source != "$GOMLX_BACKEND" {

@@ -4,85 +4,202 @@ import (
 	"fmt"
 	"math"
 	"runtime"
+	"slices"
 	"sync"
 
+	"stx.dev/stx/runtime/cpu"
 	"stx.dev/stx/runtime/cpu/blas"
 )
 
-// hostDecoder runs the sampler's one-token decode steps in plain Go on the CPU. With SimpleGo a
-// decode step is a handful of [batch, in]·[out, in] products with batch ≈ 8, which SimpleGo
-// executes with its small-matrix kernel at about 1 GFLOP/s and with a copy of every input;
-// a matrix-times-few-vectors loop that streams each weight row once is several times faster.
+// hostDecoder runs the sampler's prefill and decode steps in plain Go on the CPU, the products
+// through OpenBLAS when it is loaded. With SimpleGo a decode step is a handful of
+// [batch, in]·[out, in] products with batch ≈ 8, which SimpleGo executes with its small-matrix
+// kernel at about 1 GFLOP/s and with a copy of every input; a matrix-times-few-vectors loop that
+// streams each weight row once is several times faster.
 // It computes exactly the model of forward (same weights, same RoPE, same masking), in float32,
 // and is checked against the full forward in the tests. It is used for the CPU backends
 // (SimpleGo and stx's cpu backend, where a decode step as a graph would pay a graph launch and
 // a cache upload per token): on an accelerator the graph decode stays on the device.
 type hostDecoder struct {
 	c       Config
-	w       map[string][]float32
+	layers  []hostLayer
+	emb     []float32 // [vocab, hidden]
+	norm    []float32 // final RMSNorm weight
+	head    []float32 // lm_head (or the embeddings when tied), in the layout of the layers
 	workers int
-	// scratch, sized for one batch
-	x, h, q, k, v, attn, gate, up, mlp []float32
-	scores                             []float32
+	// transposed says that the projections are stored [in, out] for OpenBLAS (see hostLayer).
+	transposed bool
+	// scratch, sized for the largest call so far: token rows × width.
+	x, h, qkv, attn, gu, act, mlp, last []float32
+	cos, sin                            []float32 // RoPE rotation of each token row [tokens, hd/2]
+	// scores holds one attention row per worker.
+	scores [][]float32
+	// invFreq[i] is RoPE's float32 frequency of rotation pair i, as the graph computes it.
+	invFreq []float32
+}
+
+// hostLayer holds one decoder layer's weights. With OpenBLAS the projections are stored
+// transposed, [in, out]: it multiplies x·W (no transposition) a quarter faster than x·Wᵀ at 8
+// rows, where packing the weights, re-read from memory at every step, is most of the work; the
+// Go loops prefer [out, in] (a dot product per output). Projections that read the same input
+// are concatenated along the output axis: q, k and v as one [hidden+2·kvDim] output, gate and
+// up as one [2·intermediate] output. One product per group instead of three (two) halves the
+// GEMM calls of a step.
+type hostLayer struct {
+	inNorm, postNorm []float32
+	qkv              []float32 // [hidden, hidden+2·kvDim] (transposed) or [hidden+2·kvDim, hidden]
+	qkvBias          []float32 // [hidden+2·kvDim], nil without attention biases
+	o                []float32 // [hidden, hidden]
+	gateUp           []float32 // [hidden, 2·intermediate] (transposed) or [2·intermediate, hidden]
+	down             []float32 // [intermediate, hidden] (transposed) or [hidden, intermediate]
 }
 
 // newHostDecoder snapshots the model's current weights.
 func newHostDecoder(m *Model) (*hostDecoder, error) {
-	d := &hostDecoder{c: m.Config, w: map[string][]float32{}, workers: max(1, runtime.GOMAXPROCS(0))}
-	for _, p := range m.Params() {
-		v, err := m.ParamValues(p.Name)
-		if err != nil {
-			return nil, fmt.Errorf("host decoder: %w", err)
+	c := m.Config
+	d := &hostDecoder{c: c, workers: max(1, runtime.GOMAXPROCS(0)), transposed: blas.Available()}
+	hd := c.HeadDim()
+	d.invFreq = make([]float32, hd/2)
+	for i := range d.invFreq {
+		d.invFreq[i] = float32(1 / math.Pow(c.RopeTheta, float64(2*i)/float64(hd)))
+	}
+	var firstErr error
+	get := func(name string) []float32 {
+		v, err := m.ParamValues(name)
+		if err != nil && firstErr == nil {
+			firstErr = err
 		}
-		d.w[p.Name] = v
+		return v
+	}
+	d.emb = get("model.embed_tokens.weight")
+	d.norm = get("model.norm.weight")
+	head := d.emb
+	if !c.TieEmbeddings {
+		head = get("lm_head.weight")
+	}
+	if firstErr != nil {
+		return nil, fmt.Errorf("host decoder: %w", firstErr)
+	}
+	hid, kvd, inter := c.Hidden, c.KVHeads*hd, c.Intermediate
+	d.head = d.projections(hid, [][]float32{head}, []int{c.VocabSize})
+	d.layers = make([]hostLayer, c.Layers)
+	for l := range d.layers {
+		pre := fmt.Sprintf("model.layers.%d.", l)
+		ly := &d.layers[l]
+		ly.inNorm = get(pre + "input_layernorm.weight")
+		ly.postNorm = get(pre + "post_attention_layernorm.weight")
+		ly.qkv = d.projections(hid, [][]float32{get(pre + "self_attn.q_proj.weight"), get(pre + "self_attn.k_proj.weight"),
+			get(pre + "self_attn.v_proj.weight")}, []int{hid, kvd, kvd})
+		if c.AttentionBias {
+			ly.qkvBias = slices.Concat(get(pre+"self_attn.q_proj.bias"), get(pre+"self_attn.k_proj.bias"), get(pre+"self_attn.v_proj.bias"))
+		}
+		ly.o = d.projections(hid, [][]float32{get(pre + "self_attn.o_proj.weight")}, []int{hid})
+		ly.gateUp = d.projections(hid, [][]float32{get(pre + "mlp.gate_proj.weight"), get(pre + "mlp.up_proj.weight")}, []int{inter, inter})
+		ly.down = d.projections(inter, [][]float32{get(pre + "mlp.down_proj.weight")}, []int{hid})
+		if firstErr != nil {
+			break
+		}
+	}
+	if firstErr != nil {
+		return nil, fmt.Errorf("host decoder: %w", firstErr)
 	}
 	return d, nil
 }
 
-// matVecs computes out[r] = W·x[r] for rows r (W stored [outDim, inDim]): out = x·Wᵀ through
-// OpenBLAS when it is loaded, else a Go loop that splits the output dimension across goroutines
-// and reads each weight row once for all rows of x.
-func (d *hostDecoder) matVecs(out []float32, w []float32, x []float32, rows, outDim, inDim int) {
-	if blas.Available() {
-		blas.Sgemm(false, true, rows, outDim, inDim, 1, x, inDim, w, inDim, 0, out, outDim)
+// projections returns the matrices parts[i] ([outs[i], in] row-major, as Hugging Face stores a
+// projection) concatenated along the output axis, [Σ outs, in], or, when the decoder stores
+// projections transposed, side by side: [in, Σ outs]. A part too short for its shape (a failed
+// read, reported separately) leaves zeros.
+func (d *hostDecoder) projections(in int, parts [][]float32, outs []int) []float32 {
+	total := 0
+	for _, o := range outs {
+		total += o
+	}
+	dst := make([]float32, in*total)
+	col := 0
+	for p, w := range parts {
+		switch {
+		case len(w) < outs[p]*in:
+		case !d.transposed:
+			copy(dst[col*in:], w[:outs[p]*in])
+		default:
+			// Sixteen source rows at a time, so that each destination row is written in runs
+			// of sixteen rather than one element per cache line.
+			for j0 := 0; j0 < outs[p]; j0 += 16 {
+				j1 := min(j0+16, outs[p])
+				for i := range in {
+					run := dst[i*total+col+j0 : i*total+col+j1]
+					for j := range run {
+						run[j] = w[(j0+j)*in+i]
+					}
+				}
+			}
+		}
+		col += outs[p]
+	}
+	return dst
+}
+
+// parallel runs fn over [0, n) split across the decoder's workers (see parallelFor).
+func (d *hostDecoder) parallel(n int, fn func(worker, lo, hi int)) { parallelFor(d.workers, n, fn) }
+
+// parallelFor runs fn over [0, n) split into one contiguous range per worker (fewer when n is
+// small), the last range on the calling goroutine. Every item is computed by exactly one call,
+// so results never depend on the split.
+func parallelFor(workers, n int, fn func(worker, lo, hi int)) {
+	workers = min(workers, n)
+	if workers <= 1 {
+		if n > 0 {
+			fn(0, 0, n)
+		}
 		return
 	}
-	chunk := (outDim + d.workers - 1) / d.workers
+	chunk := (n + workers - 1) / workers
 	var wg sync.WaitGroup
-	for start := 0; start < outDim; start += chunk {
-		end := min(start+chunk, outDim)
+	for w, lo := 0, 0; lo < n; w, lo = w+1, lo+chunk {
+		hi := min(lo+chunk, n)
+		if hi == n {
+			fn(w, lo, hi)
+			break
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for j := start; j < end; j++ {
-				wr := w[j*inDim : (j+1)*inDim]
-				r := 0
-				for ; r+4 <= rows; r += 4 {
-					x0 := x[r*inDim : (r+1)*inDim]
-					x1 := x[(r+1)*inDim : (r+2)*inDim]
-					x2 := x[(r+2)*inDim : (r+3)*inDim]
-					x3 := x[(r+3)*inDim : (r+4)*inDim]
-					var s0, s1, s2, s3 float32
-					for i, wv := range wr {
-						s0 += wv * x0[i]
-						s1 += wv * x1[i]
-						s2 += wv * x2[i]
-						s3 += wv * x3[i]
-					}
-					out[r*outDim+j], out[(r+1)*outDim+j], out[(r+2)*outDim+j], out[(r+3)*outDim+j] = s0, s1, s2, s3
-				}
-				for ; r < rows; r++ {
-					xr := x[r*inDim : (r+1)*inDim]
-					var s float32
-					for i, wv := range wr {
-						s += wv * xr[i]
-					}
-					out[r*outDim+j] = s
-				}
-			}
+			fn(w, lo, hi)
 		}()
 	}
 	wg.Wait()
+}
+
+// matMul computes out = x·Wᵀ for x [rows, inDim] and the projection W [outDim, inDim], stored
+// as the decoder's layout says (see hostLayer): transposed, [inDim, outDim], for OpenBLAS, else
+// as is for goMatMul.
+func (d *hostDecoder) matMul(out []float32, w []float32, x []float32, rows, outDim, inDim int) {
+	if d.transposed {
+		blas.Sgemm(false, false, rows, outDim, inDim, 1, x, inDim, w, outDim, 0, out, outDim)
+		return
+	}
+	d.goMatMul(out, w, x, rows, outDim, inDim)
+}
+
+// goMatMul computes out = x·Wᵀ for W [outDim, inDim] in Go: the output columns are split
+// across goroutines, and each weight row is read once for four rows of x (a dot product per
+// output: no store in the inner loop).
+func (d *hostDecoder) goMatMul(out []float32, w []float32, x []float32, rows, outDim, inDim int) {
+	d.parallel(outDim, func(_, start, end int) {
+		for j := start; j < end; j++ {
+			wr := w[j*inDim : (j+1)*inDim]
+			r := 0
+			for ; r+4 <= rows; r += 4 {
+				s0, s1, s2, s3 := dot4(wr, x[r*inDim:(r+1)*inDim], x[(r+1)*inDim:(r+2)*inDim],
+					x[(r+2)*inDim:(r+3)*inDim], x[(r+3)*inDim:(r+4)*inDim])
+				out[r*outDim+j], out[(r+1)*outDim+j], out[(r+2)*outDim+j], out[(r+3)*outDim+j] = s0, s1, s2, s3
+			}
+			for ; r < rows; r++ {
+				out[r*outDim+j] = dot(wr, x[r*inDim:(r+1)*inDim])
+			}
+		}
+	})
 }
 
 func grow(buf []float32, n int) []float32 {
@@ -107,125 +224,285 @@ func (d *hostDecoder) rmsNorm(out, x, w []float32, rows int) {
 	}
 }
 
-// rope rotates heads [heads][hd] of one row at position pos (rotate-half).
-func (d *hostDecoder) rope(x []float32, heads int, pos int32) {
-	hd := d.c.HeadDim()
+// rope rotates heads [heads][hd] of one token row by the angles whose cosines and sines are
+// cos, sin [hd/2] (rotate-half).
+func rope(x []float32, heads, hd int, cos, sin []float32) {
 	half := hd / 2
-	for i := range half {
-		inv := 1 / math.Pow(d.c.RopeTheta, float64(2*i)/float64(hd))
-		a := float64(float32(pos) * float32(inv)) // as the graph: float32 position × float32 frequency
-		c, s := float32(math.Cos(a)), float32(math.Sin(a))
-		for h := range heads {
-			x1, x2 := x[h*hd+i], x[h*hd+half+i]
-			x[h*hd+i] = x1*c - x2*s
-			x[h*hd+half+i] = x2*c + x1*s
+	for h := range heads {
+		x1, x2 := x[h*hd:h*hd+half], x[h*hd+half:(h+1)*hd]
+		for i, c := range cos[:half] {
+			s := sin[i]
+			a, b := x1[i], x2[i]
+			x1[i] = a*c - b*s
+			x2[i] = b*c + a*s
 		}
 	}
 }
 
-// step decodes one token per row: tokens and positions [rows]; the new keys/values are
-// written at cache slot slot (kCache[l] [rows,kvh,capacity,hd], vCache[l] [rows,kvh,hd,capacity])
-// and each row attends to slots [padCount[r], slot] (a left pad, slot < padCount[r], only to
-// itself). The next-token logits go to logits [rows, vocab].
+// step runs T = len(tokens)/len(padCount) new tokens per row through the model: tokens and
+// positions are [rows, T]; token t of row r is written to cache slot slot+t (kCache[l] and
+// vCache[l] [rows,kvh,capacity,hd]: unlike the graph decode's, values are not transposed) and
+// attends to slots [padCount[r], slot+t] (a left pad, slot+t < padCount[r], only to itself).
+// T = 1 is a decode step; with T > 1 a span of prompt positions is prefilled at once, one
+// [rows·T, hidden] product per projection. The logits of each row's last token go to logits
+// [rows, vocab].
 func (d *hostDecoder) step(tokens, positions []int32, kCache, vCache [][]float32, capacity int, padCount []int, slot int, logits []float32) {
 	c := d.c
-	rows, hid, hd, kvh := len(tokens), c.Hidden, c.HeadDim(), c.KVHeads
-	kvd, group := kvh*hd, c.Heads/kvh
-	d.x = grow(d.x, rows*hid)
-	d.h = grow(d.h, rows*hid)
-	d.q = grow(d.q, rows*hid)
-	d.k = grow(d.k, rows*kvd)
-	d.v = grow(d.v, rows*kvd)
-	d.attn = grow(d.attn, rows*hid)
-	d.gate = grow(d.gate, rows*c.Intermediate)
-	d.up = grow(d.up, rows*c.Intermediate)
-	d.mlp = grow(d.mlp, rows*hid)
-	d.scores = grow(d.scores, slot+1)
-	emb := d.w["model.embed_tokens.weight"]
-	for r, tok := range tokens {
-		copy(d.x[r*hid:(r+1)*hid], emb[int(tok)*hid:(int(tok)+1)*hid])
+	rows := len(padCount)
+	n := len(tokens) // token rows
+	T := n / rows
+	hid, hd, kvh := c.Hidden, c.HeadDim(), c.KVHeads
+	kvd, group, half := kvh*hd, c.Heads/kvh, hd/2
+	qkvDim, inter := hid+2*kvd, c.Intermediate
+	d.x = grow(d.x, n*hid)
+	d.h = grow(d.h, n*hid)
+	d.qkv = grow(d.qkv, n*qkvDim)
+	d.attn = grow(d.attn, n*hid)
+	d.gu = grow(d.gu, n*2*inter)
+	d.act = grow(d.act, n*inter)
+	d.mlp = grow(d.mlp, n*hid)
+	d.cos = grow(d.cos, n*half)
+	d.sin = grow(d.sin, n*half)
+	for len(d.scores) < d.workers {
+		d.scores = append(d.scores, nil)
 	}
-	scale := float32(1 / math.Sqrt(float64(hd)))
-	for l := range c.Layers {
-		pre := fmt.Sprintf("model.layers.%d.", l)
-		d.rmsNorm(d.h, d.x, d.w[pre+"input_layernorm.weight"], rows)
-		d.matVecs(d.q, d.w[pre+"self_attn.q_proj.weight"], d.h, rows, hid, hid)
-		d.matVecs(d.k, d.w[pre+"self_attn.k_proj.weight"], d.h, rows, kvd, hid)
-		d.matVecs(d.v, d.w[pre+"self_attn.v_proj.weight"], d.h, rows, kvd, hid)
-		if c.AttentionBias {
-			addBias(d.q, d.w[pre+"self_attn.q_proj.bias"], rows)
-			addBias(d.k, d.w[pre+"self_attn.k_proj.bias"], rows)
-			addBias(d.v, d.w[pre+"self_attn.v_proj.bias"], rows)
+	for w := range d.scores {
+		d.scores[w] = grow(d.scores[w], slot+T)
+	}
+	for i, tok := range tokens {
+		copy(d.x[i*hid:(i+1)*hid], d.emb[int(tok)*hid:(int(tok)+1)*hid])
+		// The rotation angles depend only on the position: computed once for all layers.
+		for j, f := range d.invFreq {
+			a := float64(float32(positions[i]) * f) // as the graph: float32 position × float32 frequency
+			d.cos[i*half+j], d.sin[i*half+j] = float32(math.Cos(a)), float32(math.Sin(a))
 		}
+	}
+	for l, ly := range d.layers {
+		d.rmsNorm(d.h, d.x, ly.inNorm, n)
+		d.matMul(d.qkv, ly.qkv, d.h, n, qkvDim, hid)
 		kc, vc := kCache[l], vCache[l]
-		for r := range rows {
-			d.rope(d.q[r*hid:(r+1)*hid], c.Heads, positions[r])
-			d.rope(d.k[r*kvd:(r+1)*kvd], kvh, positions[r])
-			for g := range kvh {
-				blk := r*kvh + g
-				copy(kc[(blk*capacity+slot)*hd:(blk*capacity+slot+1)*hd], d.k[r*kvd+g*hd:r*kvd+(g+1)*hd])
-				for i := range hd {
-					vc[(blk*hd+i)*capacity+slot] = d.v[r*kvd+g*hd+i]
+		// RoPE, then every new key and value into the cache before any attention: a prompt's
+		// tokens attend to the keys of the same call.
+		d.parallel(n, func(_, lo, hi int) {
+			for i := lo; i < hi; i++ {
+				qkv := d.qkv[i*qkvDim : (i+1)*qkvDim]
+				if ly.qkvBias != nil {
+					for j, b := range ly.qkvBias {
+						qkv[j] += b
+					}
+				}
+				cs, sn := d.cos[i*half:(i+1)*half], d.sin[i*half:(i+1)*half]
+				rope(qkv[:hid], c.Heads, hd, cs, sn)
+				rope(qkv[hid:hid+kvd], kvh, hd, cs, sn)
+				r, s := i/T, slot+i%T
+				for g := range kvh {
+					at := ((r*kvh+g)*capacity + s) * hd
+					copy(kc[at:at+hd], qkv[hid+g*hd:hid+(g+1)*hd])
+					copy(vc[at:at+hd], qkv[hid+kvd+g*hd:hid+kvd+(g+1)*hd])
 				}
 			}
-			first := min(padCount[r], slot)
-			for h := range c.Heads {
+		})
+		// Attention, one (token row, head) pair at a time.
+		d.parallel(n*c.Heads, func(w, lo, hi int) {
+			for it := lo; it < hi; it++ {
+				i, h := it/c.Heads, it%c.Heads
+				r, s := i/T, slot+i%T
 				blk := r*kvh + h/group
-				qh := d.q[r*hid+h*hd : r*hid+(h+1)*hd]
-				sc := d.scores[:slot+1]
-				mx := float32(math.Inf(-1))
-				for s := first; s <= slot; s++ {
-					ks := kc[(blk*capacity+s)*hd : (blk*capacity+s+1)*hd]
-					var dot float32
-					for i, qv := range qh {
-						dot += qv * ks[i]
-					}
-					sc[s] = dot * scale
-					mx = max(mx, sc[s])
-				}
-				var den float32
-				for s := first; s <= slot; s++ {
-					sc[s] = float32(math.Exp(float64(sc[s] - mx)))
-					den += sc[s]
-				}
-				out := d.attn[r*hid+h*hd : r*hid+(h+1)*hd]
-				for i := range hd {
-					vrow := vc[(blk*hd+i)*capacity : (blk*hd+i+1)*capacity]
-					var acc float32
-					for s := first; s <= slot; s++ {
-						acc += sc[s] * vrow[s]
-					}
-					out[i] = acc / den
-				}
+				d.attendHead(w, kc[blk*capacity*hd:(blk+1)*capacity*hd], vc[blk*capacity*hd:(blk+1)*capacity*hd],
+					min(padCount[r], s), s, d.qkv[i*qkvDim+h*hd:i*qkvDim+(h+1)*hd], d.attn[i*hid+h*hd:i*hid+(h+1)*hd])
 			}
-		}
-		d.matVecs(d.mlp, d.w[pre+"self_attn.o_proj.weight"], d.attn, rows, hid, hid)
+		})
+		d.matMul(d.mlp, ly.o, d.attn, n, hid, hid)
 		addInto(d.x, d.mlp)
-		d.rmsNorm(d.h, d.x, d.w[pre+"post_attention_layernorm.weight"], rows)
-		d.matVecs(d.gate, d.w[pre+"mlp.gate_proj.weight"], d.h, rows, c.Intermediate, hid)
-		d.matVecs(d.up, d.w[pre+"mlp.up_proj.weight"], d.h, rows, c.Intermediate, hid)
-		for i, g := range d.gate {
-			d.gate[i] = g / (1 + float32(math.Exp(float64(-g)))) * d.up[i]
-		}
-		d.matVecs(d.mlp, d.w[pre+"mlp.down_proj.weight"], d.gate, rows, hid, c.Intermediate)
+		d.rmsNorm(d.h, d.x, ly.postNorm, n)
+		d.matMul(d.gu, ly.gateUp, d.h, n, 2*inter, hid)
+		d.parallel(n, func(_, lo, hi int) {
+			for i := lo; i < hi; i++ {
+				g, u, a := d.gu[i*2*inter:i*2*inter+inter], d.gu[i*2*inter+inter:(i+1)*2*inter], d.act[i*inter:(i+1)*inter]
+				siluMul(a, g, u) // SiLU(gate)·up
+			}
+		})
+		d.matMul(d.mlp, ly.down, d.act, n, hid, inter)
 		addInto(d.x, d.mlp)
 	}
-	d.rmsNorm(d.h, d.x, d.w["model.norm.weight"], rows)
-	head := d.w["lm_head.weight"]
-	if c.TieEmbeddings {
-		head = emb
+	// Only each row's last token needs logits.
+	last := d.x
+	if T > 1 {
+		d.last = grow(d.last, rows*hid)
+		for r := range rows {
+			copy(d.last[r*hid:(r+1)*hid], d.x[((r+1)*T-1)*hid:(r+1)*T*hid])
+		}
+		last = d.last
 	}
-	d.matVecs(logits, head, d.h, rows, c.VocabSize, hid)
+	d.rmsNorm(d.h, last, d.norm, rows)
+	d.matMul(logits, d.head, d.h, rows, c.VocabSize, hid)
 }
 
-func addBias(x, b []float32, rows int) {
-	n := len(b)
-	for r := range rows {
-		xr := x[r*n : (r+1)*n]
-		for i, v := range b {
-			xr[i] += v
+// attendHead computes one head's attention output out [hd] for the query q [hd] over the
+// cache slots first…s of one key/value block, kc and vc [capacity, hd]. Both are read as one
+// sequential run: a transposed value cache ([hd, capacity], read as hd strided rows) made the
+// step's attention over a cache that no longer fits in cache about twice slower.
+func (d *hostDecoder) attendHead(w int, kc, vc []float32, first, s int, q, out []float32) {
+	hd := len(q)
+	sc := d.scores[w][:s+1-first]
+	scaledDots(sc, kc[first*hd:], hd, q, float32(1/math.Sqrt(float64(hd))))
+	den := softmaxUnnormalised(sc)
+	weightedSum(out, vc[first*hd:], hd, sc, 1/den)
+}
+
+// softmaxUnnormalised replaces x by exp(x - max x) and returns the sum of the results.
+func softmaxUnnormalised(x []float32) float32 {
+	mx := float32(math.Inf(-1))
+	for _, v := range x {
+		mx = max(mx, v)
+	}
+	var den float32
+	for j, v := range x {
+		e := cpu.Exp32(v - mx)
+		x[j] = e
+		den += e
+	}
+	return den
+}
+
+// scaledDots sets out[j] = scale · (rows[j·stride : j·stride+len(x)] · x) for each j. Attention
+// over the cache is a few hundred such products per step, too small for a GEMM call each
+// (OpenBLAS packs both operands at every call; measured no faster, also with all heads of a row
+// batched into one call): Go loops that share each load of x across four rows.
+func scaledDots(out, rows []float32, stride int, x []float32, scale float32) {
+	n := len(x)
+	j := 0
+	for ; j+4 <= len(out); j += 4 {
+		o := j * stride
+		s0, s1, s2, s3 := dot4(x, rows[o:o+n], rows[o+stride:o+stride+n], rows[o+2*stride:o+2*stride+n], rows[o+3*stride:o+3*stride+n])
+		out[j], out[j+1], out[j+2], out[j+3] = s0*scale, s1*scale, s2*scale, s3*scale
+	}
+	for ; j < len(out); j++ {
+		out[j] = dot(x, rows[j*stride:j*stride+n]) * scale
+	}
+}
+
+// dot returns x·y (len(y) ≥ len(x)) with four partial sums, which hide the add latency.
+func dot(x, y []float32) float32 {
+	y = y[:len(x)]
+	var s0, s1, s2, s3 float32
+	i := 0
+	for ; i+4 <= len(x); i += 4 {
+		s0 += x[i] * y[i]
+		s1 += x[i+1] * y[i+1]
+		s2 += x[i+2] * y[i+2]
+		s3 += x[i+3] * y[i+3]
+	}
+	for ; i < len(x); i++ {
+		s0 += x[i] * y[i]
+	}
+	return (s0 + s1) + (s2 + s3)
+}
+
+// weightedSum sets out[i] = scale · Σ_j p[j]·rows[j·stride+i]: four rows at a time, so that out
+// is loaded and stored once per four rows while the rows stream through in order.
+func weightedSum(out, rows []float32, stride int, p []float32, scale float32) {
+	clear(out)
+	n := len(out)
+	j := 0
+	for ; j+4 <= len(p); j += 4 {
+		p0, p1, p2, p3 := p[j], p[j+1], p[j+2], p[j+3]
+		o := j * stride
+		r0, r1, r2, r3 := rows[o:o+n], rows[o+stride:o+stride+n], rows[o+2*stride:o+2*stride+n], rows[o+3*stride:o+3*stride+n]
+		for i := range out {
+			out[i] += p0*r0[i] + p1*r1[i] + p2*r2[i] + p3*r3[i]
 		}
 	}
+	for ; j < len(p); j++ {
+		pj, r := p[j], rows[j*stride:j*stride+n]
+		for i := range out {
+			out[i] += pj * r[i]
+		}
+	}
+	for i := range out {
+		out[i] *= scale
+	}
+}
+
+// dot4 returns x·a, x·b, x·c, x·e (each at least len(x) long): every element of x is loaded
+// once for the four products, and two partial sums per product hide the add latency.
+func dot4(x, a, b, c, e []float32) (float32, float32, float32, float32) {
+	n := len(x)
+	a, b, c, e = a[:n], b[:n], c[:n], e[:n]
+	var a0, a1, b0, b1, c0, c1, e0, e1 float32
+	i := 0
+	for ; i+2 <= n; i += 2 {
+		x0, x1 := x[i], x[i+1]
+		a0 += x0 * a[i]
+		a1 += x1 * a[i+1]
+		b0 += x0 * b[i]
+		b1 += x1 * b[i+1]
+		c0 += x0 * c[i]
+		c1 += x1 * c[i+1]
+		e0 += x0 * e[i]
+		e1 += x1 * e[i+1]
+	}
+	if i < n {
+		a0 += x[i] * a[i]
+		b0 += x[i] * b[i]
+		c0 += x[i] * c[i]
+		e0 += x[i] * e[i]
+	}
+	return a0 + a1, b0 + b1, c0 + c1, e0 + e1
+}
+
+// siluMul sets a[j] = SiLU(g[j])·u[j] = g[j]/(1+e^-g[j])·u[j]. Four elements go through the
+// exponential's polynomial together (written out, as one call per element left the CPU
+// waiting on each polynomial's chain of dependent operations).
+func siluMul(a, g, u []float32) {
+	u, a = u[:len(g)], a[:len(g)]
+	j := 0
+	for ; j+4 <= len(g); j += 4 {
+		x0, x1, x2, x3 := -g[j], -g[j+1], -g[j+2], -g[j+3]
+		if !(x0 >= -87 && x0 <= 87 && x1 >= -87 && x1 <= 87 && x2 >= -87 && x2 <= 87 && x3 >= -87 && x3 <= 87) {
+			for k := j; k < j+4; k++ {
+				a[k] = g[k] / (1 + cpu.Exp32(-g[k])) * u[k]
+			}
+			continue
+		}
+		e0, e1, e2, e3 := expPoly4(x0, x1, x2, x3)
+		a[j] = g[j] / (1 + e0) * u[j]
+		a[j+1] = g[j+1] / (1 + e1) * u[j+1]
+		a[j+2] = g[j+2] / (1 + e2) * u[j+2]
+		a[j+3] = g[j+3] / (1 + e3) * u[j+3]
+	}
+	for ; j < len(g); j++ {
+		a[j] = g[j] / (1 + cpu.Exp32(-g[j])) * u[j]
+	}
+}
+
+// expPoly4 is cpu.Exp32 of four values in [-87, 87], the lanes interleaved so that their operations overlap.
+func expPoly4(x0, x1, x2, x3 float32) (float32, float32, float32, float32) {
+	const (
+		log2e   = 1.44269504088896341
+		ln2Hi   = 0.693359375
+		ln2Lo   = -2.12194440e-4
+		shifter = 12582912
+		c0      = 1.9875691500e-4
+		c1      = 1.3981999507e-3
+		c2      = 8.3334519073e-3
+		c3      = 4.1665795894e-2
+		c4      = 1.6666665459e-1
+		c5      = 5.0000001201e-1
+	)
+	k0, k1, k2, k3 := x0*log2e+shifter, x1*log2e+shifter, x2*log2e+shifter, x3*log2e+shifter
+	f0, f1, f2, f3 := k0-shifter, k1-shifter, k2-shifter, k3-shifter
+	r0, r1, r2, r3 := x0-f0*ln2Hi-f0*ln2Lo, x1-f1*ln2Hi-f1*ln2Lo, x2-f2*ln2Hi-f2*ln2Lo, x3-f3*ln2Hi-f3*ln2Lo
+	p0, p1, p2, p3 := c0*r0+c1, c0*r1+c1, c0*r2+c1, c0*r3+c1
+	p0, p1, p2, p3 = p0*r0+c2, p1*r1+c2, p2*r2+c2, p3*r3+c2
+	p0, p1, p2, p3 = p0*r0+c3, p1*r1+c3, p2*r2+c3, p3*r3+c3
+	p0, p1, p2, p3 = p0*r0+c4, p1*r1+c4, p2*r2+c4, p3*r3+c4
+	p0, p1, p2, p3 = p0*r0+c5, p1*r1+c5, p2*r2+c5, p3*r3+c5
+	y0, y1, y2, y3 := p0*r0*r0+r0+1, p1*r1*r1+r1+1, p2*r2*r2+r2+1, p3*r3*r3+r3+1
+	scale := func(k float32) float32 {
+		return math.Float32frombits(uint32(int32(math.Float32bits(k))-0x4B400000+127) << 23)
+	}
+	return y0 * scale(k0), y1 * scale(k1), y2 * scale(k2), y3 * scale(k3)
 }
 
 func addInto(x, y []float32) {

@@ -4,8 +4,8 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"runtime"
 	"slices"
-	"sort"
 	"sync"
 
 	"github.com/gomlx/gomlx/backends"
@@ -49,6 +49,8 @@ type Sampler struct {
 	exec *context.Exec
 	// hostDecode runs prompt and decode steps in plain Go (CPU backends).
 	hostDecode bool
+	// prefillTokens bounds the token rows of one host prefill call (hostPrefillTokens).
+	prefillTokens int
 }
 
 // NewSampler prepares generation with m on backend.
@@ -57,8 +59,13 @@ func NewSampler(backend backends.Backend, m *Model) (*Sampler, error) {
 	if err != nil {
 		return nil, fmt.Errorf("sampler: %w", err)
 	}
-	return &Sampler{m: m, exec: exec, hostDecode: decodesOnHost(backend)}, nil
+	return &Sampler{m: m, exec: exec, hostDecode: decodesOnHost(backend), prefillTokens: hostPrefillTokens}, nil
 }
+
+// hostPrefillTokens is the most token rows (rows × prompt positions) the host decoder prefills
+// in one call: enough for products that run near OpenBLAS's best speed, few enough that the
+// scratch (about 4·(4·hidden + 3·intermediate) bytes per token row) stays small.
+const hostPrefillTokens = 1024
 
 // decodesOnHost says whether the backend (possibly wrapped in a *Backend) computes on this
 // CPU: SimpleGo or stx's cpu backend.
@@ -152,7 +159,8 @@ func (s *Sampler) Generate(prompts [][]int32, opt SampleOptions) ([]Sample, erro
 			}
 		}
 	}
-	// Host cache per layer: keys [B,kvh,capacity,hd], values transposed [B,kvh,hd,capacity].
+	// Host cache per layer: keys [B,kvh,capacity,hd], values transposed [B,kvh,hd,capacity]
+	// for the graph decode, [B,kvh,capacity,hd] like the keys for the host decoder.
 	kCache := make([][]float32, layers)
 	vCache := make([][]float32, layers)
 	for l := range layers {
@@ -186,18 +194,23 @@ func (s *Sampler) Generate(prompts [][]int32, opt SampleOptions) ([]Sample, erro
 
 	var host *hostDecoder
 	if s.hostDecode {
-		// Prefill on the host too, one prompt position per step (left pads attend only to
-		// themselves and are never attended to).
+		// Prefill on the host too, many prompt positions of all rows per call (left pads attend
+		// only to themselves and are never attended to). Spans of at most s.prefillTokens
+		// token rows bound the decoder's scratch memory on long prompts.
 		var err error
 		if host, err = newHostDecoder(s.m); err != nil {
 			return nil, fmt.Errorf("sample: %w", err)
 		}
-		colTok, colPos := make([]int32, rows), make([]int32, rows)
-		for t := range p {
+		span := max(1, s.prefillTokens/rows)
+		var spanTok, spanPos []int32
+		for t0 := 0; t0 < p; t0 += span {
+			t1 := min(t0+span, p)
+			spanTok, spanPos = spanTok[:0], spanPos[:0]
 			for r := range rows {
-				colTok[r], colPos[r] = tokens[r*p+t], positions[r*p+t]
+				spanTok = append(spanTok, tokens[r*p+t0:r*p+t1]...)
+				spanPos = append(spanPos, positions[r*p+t0:r*p+t1]...)
 			}
-			host.step(colTok, colPos, kCache, vCache, capacity, padCount, t, logits)
+			host.step(spanTok, spanPos, kCache, vCache, capacity, padCount, t0, logits)
 		}
 	} else {
 		// Prefill: the prompt attends to itself causally, pads masked; a one-slot dummy past
@@ -243,14 +256,27 @@ func (s *Sampler) Generate(prompts [][]int32, opt SampleOptions) ([]Sample, erro
 	stepPos := make([]int32, rows)
 	stepBias := make([]float32, rows*capacity)
 	selfBias := tensors.FromFlatDataAndDimensions(make([]float32, rows), rows, 1, 1) // a token sees itself
-	scratch := newSampleScratch(c.VocabSize)
+	scratch := make([]*sampleScratch, rows)
+	for r := range scratch {
+		scratch[r] = newSampleScratch(c.VocabSize)
+	}
+	workers := max(1, runtime.GOMAXPROCS(0))
 	for step := 0; ; step++ {
+		// The log-softmax of each row's logits, in parallel; then the draws, in row order, so
+		// that the random stream is used as with one row at a time.
+		parallelFor(workers, rows, func(_, lo, hi int) {
+			for r := lo; r < hi; r++ {
+				if !done[r] {
+					scratch[r].prepare(logits[r*c.VocabSize:(r+1)*c.VocabSize], opt)
+				}
+			}
+		})
 		active := 0
 		for r := range rows {
 			if done[r] {
 				continue
 			}
-			tok, lp := scratch.pick(logits[r*c.VocabSize:(r+1)*c.VocabSize], opt, rng)
+			tok, lp := scratch[r].choose(opt, rng)
 			res[r].Tokens = append(res[r].Tokens, tok)
 			res[r].LogProbs = append(res[r].LogProbs, lp)
 			next[r] = tok
@@ -310,51 +336,68 @@ func (s *Sampler) Generate(prompts [][]int32, opt SampleOptions) ([]Sample, erro
 	return res, nil
 }
 
-// sampleScratch holds per-call buffers of the host-side token choice.
+// sampleScratch holds the buffers of one row's token choice.
 type sampleScratch struct {
-	logp  []float64
+	logp  []float64 // log-probabilities of the tokens (before truncation)
+	exps  []float64 // exp(logit/T − max): probabilities times sum
+	sum   float64   // Σ exps
+	best  int       // the most likely token (the first of equals)
 	order []int
 }
 
 func newSampleScratch(vocab int) *sampleScratch {
-	return &sampleScratch{logp: make([]float64, vocab), order: make([]int, vocab)}
+	return &sampleScratch{logp: make([]float64, vocab), exps: make([]float64, vocab), order: make([]int, vocab)}
 }
 
 // pick chooses the next token from one row of logits and returns it with its log-probability
-// (see Sample.LogProbs). Computed in float64 so that the choice is deterministic and exact.
+// (see Sample.LogProbs).
 func (sc *sampleScratch) pick(logits []float32, opt SampleOptions, rng *rand.Rand) (int32, float32) {
+	sc.prepare(logits, opt)
+	return sc.choose(opt, rng)
+}
+
+// prepare computes the log-softmax of logits/temperature (of logits when greedy), in float64 so
+// that the choice is deterministic and exact; each exponential is computed once and kept for
+// choose.
+func (sc *sampleScratch) prepare(logits []float32, opt SampleOptions) {
 	temp := opt.Temperature
 	if temp == 0 {
 		temp = 1
 	}
+	logp, exps := sc.logp[:len(logits)], sc.exps[:len(logits)]
 	mx := math.Inf(-1)
 	for i, l := range logits {
-		sc.logp[i] = float64(l) / temp
-		mx = math.Max(mx, sc.logp[i])
+		logp[i] = float64(l) / temp
+		mx = math.Max(mx, logp[i])
 	}
 	sum := 0.0
-	for _, v := range sc.logp {
-		sum += math.Exp(v - mx)
+	for i, v := range logp {
+		exps[i] = math.Exp(v - mx)
+		sum += exps[i]
 	}
 	lse := mx + math.Log(sum)
 	best := 0
-	for i := range sc.logp {
-		sc.logp[i] -= lse
-		if sc.logp[i] > sc.logp[best] {
+	for i := range logp {
+		logp[i] -= lse
+		if logp[i] > logp[best] {
 			best = i
 		}
 	}
+	sc.sum, sc.best = sum, best
+}
+
+// choose draws the token from the distribution prepare computed, truncated by top-k and
+// top-p: probabilities are exps/sum, compared without the division.
+func (sc *sampleScratch) choose(opt SampleOptions, rng *rand.Rand) (int32, float32) {
+	best := sc.best
 	if opt.Temperature == 0 {
 		return int32(best), float32(sc.logp[best])
 	}
-	for i := range sc.order {
-		sc.order[i] = i
-	}
 	truncate := (opt.TopK > 0 && opt.TopK < len(sc.order)) || (opt.TopP > 0 && opt.TopP < 1)
 	if !truncate {
-		u := rng.Float64()
-		for _, id := range sc.order {
-			u -= math.Exp(sc.logp[id])
+		u := rng.Float64() * sc.sum
+		for id, e := range sc.exps {
+			u -= e
 			if u < 0 {
 				return int32(id), float32(sc.logp[id])
 			}
@@ -362,22 +405,27 @@ func (sc *sampleScratch) pick(logits []float32, opt SampleOptions, rng *rand.Ran
 		return int32(best), float32(sc.logp[best]) // rounding left u ≥ 0: take the mode
 	}
 	// Candidates sorted by probability (ties by id, for determinism), truncated by top-k and top-p.
-	sort.Slice(sc.order, func(a, b int) bool {
-		la, lb := sc.logp[sc.order[a]], sc.logp[sc.order[b]]
-		if la != lb {
-			return la > lb
+	for i := range sc.order {
+		sc.order[i] = i
+	}
+	slices.SortFunc(sc.order, func(a, b int) int {
+		if la, lb := sc.logp[a], sc.logp[b]; la != lb {
+			if la > lb {
+				return -1
+			}
+			return 1
 		}
-		return sc.order[a] < sc.order[b]
+		return a - b
 	})
 	n := len(sc.order)
 	if opt.TopK > 0 && opt.TopK < n {
 		n = opt.TopK
 	}
 	if opt.TopP > 0 && opt.TopP < 1 {
-		cum := 0.0
+		cum, target := 0.0, opt.TopP*sc.sum
 		for i := range n {
-			cum += math.Exp(sc.logp[sc.order[i]])
-			if cum >= opt.TopP {
+			cum += sc.exps[sc.order[i]]
+			if cum >= target {
 				n = i + 1
 				break
 			}
@@ -385,12 +433,12 @@ func (sc *sampleScratch) pick(logits []float32, opt SampleOptions, rng *rand.Ran
 	}
 	total := 0.0
 	for _, id := range sc.order[:n] {
-		total += math.Exp(sc.logp[id])
+		total += sc.exps[id]
 	}
 	u := rng.Float64() * total
 	chosen := sc.order[n-1]
 	for _, id := range sc.order[:n] {
-		u -= math.Exp(sc.logp[id])
+		u -= sc.exps[id]
 		if u < 0 {
 			chosen = id
 			break

@@ -1,6 +1,7 @@
 package runtime
 
 import (
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"reflect"
@@ -12,14 +13,26 @@ import (
 // forward: the sampler's log-probs (temperature 1) must equal the forward's.
 func TestSamplerLogProbsMatchFullForward(t *testing.T) {
 	b := testBackend(t)
+	// "ragged" prompts differ widely in length (1 to 50 tokens, a 64-token prompt bucket): most
+	// of a short row's prefill is left padding.
+	short, ragged := []int{5, 12, 1}, []int{1, 50, 3, 17}
+	// prefillTokens > 0 splits the host prefill into spans of that many token rows (5 positions
+	// of 4 rows: 13 spans of the 64-position bucket).
 	for _, tc := range []struct {
-		cfgName    string
-		hostDecode bool
-	}{{"gqa-bias-tied", true}, {"gqa-bias-tied", false}, {"tiny", true}, {"tiny", false}} {
+		cfgName       string
+		hostDecode    bool
+		lengths       []int
+		prefillTokens int
+	}{{"gqa-bias-tied", true, short, 0}, {"gqa-bias-tied", false, short, 0}, {"tiny", true, short, 0}, {"tiny", false, short, 0},
+		{"gqa-bias-tied", true, ragged, 0}, {"gqa-bias-tied", false, ragged, 0}, {"gqa-bias-tied", true, ragged, 20}} {
 		cfgName := tc.cfgName
 		name := cfgName + "/graph-decode"
 		if tc.hostDecode {
 			name = cfgName + "/host-decode"
+		}
+		name += fmt.Sprintf("/prompts%v", tc.lengths)
+		if tc.prefillTokens > 0 {
+			name += fmt.Sprintf("/prefill-spans-of-%d", tc.prefillTokens)
 		}
 		t.Run(name, func(t *testing.T) {
 			cfg := smallGQA()
@@ -31,7 +44,7 @@ func TestSamplerLogProbsMatchFullForward(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			prompts := randomSeqs(rand.New(rand.NewPCG(1, 1)), cfg.VocabSize, 5, 12, 1)
+			prompts := randomSeqs(rand.New(rand.NewPCG(1, 1)), cfg.VocabSize, tc.lengths...)
 			s, err := NewSampler(b, m)
 			if err != nil {
 				t.Fatal(err)
@@ -40,6 +53,9 @@ func TestSamplerLogProbsMatchFullForward(t *testing.T) {
 				t.Fatal("the sampler of a CPU backend does not decode on the host")
 			}
 			s.hostDecode = tc.hostDecode
+			if tc.prefillTokens > 0 {
+				s.prefillTokens = tc.prefillTokens
+			}
 			samples, err := s.Generate(prompts, SampleOptions{MaxNewTokens: 20, Temperature: 1, Seed: 3})
 			if err != nil {
 				t.Fatal(err)

@@ -16,7 +16,7 @@ import (
 func backendFlag() cli.Flag {
 	return &cli.StringFlag{
 		Name:    "backend",
-		Usage:   "compute `BACKEND`: go (pure Go, default), xla:cuda, xla:/path/to/pjrt_plugin.so; default $GOMLX_BACKEND, else go",
+		Usage:   "compute `BACKEND`: cpu (stx's CPU backend with OpenBLAS), go (GoMLX's pure-Go SimpleGo), xla:cuda, xla:/path/to/pjrt_plugin.so; default $GOMLX_BACKEND, else cpu when OpenBLAS is installed, else go",
 		EnvVars: []string{"STX_BACKEND"},
 	}
 }

@@ -118,10 +118,11 @@ func benchmarkGemm(b *testing.B, fn func(bool, bool, int, int, int, float32, []f
 	b.ReportMetric(2*float64(m)*float64(n)*float64(k)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
 }
 
-// BenchmarkSgemm reports GFLOP/s for a bench-model-sized product (2048 tokens × 256 → 704)
-// and a square one, with OpenBLAS (when available) and the Go fallback, in one run.
+// BenchmarkSgemm reports GFLOP/s for a bench-model-sized product (2048 tokens × 256 → 704),
+// a square one and a decode step's (8 rows), with OpenBLAS (when available) and the Go
+// fallback, in one run.
 func BenchmarkSgemm(b *testing.B) {
-	for _, s := range [][3]int{{2048, 704, 256}, {1024, 1024, 1024}} {
+	for _, s := range [][3]int{{2048, 704, 256}, {1024, 1024, 1024}, {8, 704, 256}} {
 		if Available() {
 			b.Run(fmt.Sprintf("openblas/%dx%dx%d", s[0], s[1], s[2]), func(b *testing.B) { benchmarkGemm(b, Sgemm, s[0], s[1], s[2]) })
 		}

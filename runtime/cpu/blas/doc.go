@@ -7,7 +7,11 @@
 // failing at link time. Build with -tags noopenblas, or with cgo disabled, to leave it out.
 package blas
 
-import "fmt"
+import (
+	"fmt"
+	"runtime"
+	"sync"
+)
 
 // Sgemm computes C = alpha·op(A)·op(B) + beta·C on row-major float32 matrices, where op(X) is X
 // or its transpose. op(A) is m×k, op(B) is k×n, C is m×n; lda, ldb and ldc are the row strides
@@ -22,7 +26,7 @@ func Sgemm(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int
 		return
 	}
 	if Available() {
-		openblasSgemm(transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+		parallelSgemm(transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
 		return
 	}
 	GoSgemm(transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
@@ -63,4 +67,50 @@ func scaleC(m, n int, beta float32, c []float32, ldc int) {
 			}
 		}
 	}
+}
+
+// parallelMinFLOPs is the product size (2·m·n·k) from which Sgemm splits the work across
+// goroutines; below it one OpenBLAS call on the calling thread is faster than any hand-off.
+const parallelMinFLOPs = 1 << 20
+
+// parallelSgemm runs OpenBLAS (single-threaded, see openblas.go) on blocks of C: rows of C when
+// there are enough of them, else columns, one block per core. Each block is an independent
+// sub-product, so the result is the same as one call's up to OpenBLAS's own blocking.
+func parallelSgemm(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
+	workers := runtime.GOMAXPROCS(0)
+	if workers == 1 || 2*m*n*k < parallelMinFLOPs {
+		openblasSgemm(transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+		return
+	}
+	var wg sync.WaitGroup
+	if m >= 16*workers || m >= n {
+		chunk := (m + workers - 1) / workers
+		for i0 := 0; i0 < m; i0 += chunk {
+			rows := min(chunk, m-i0)
+			aOff := i0 * lda // row i0 of A
+			if transA {
+				aOff = i0 // column i0 of Aᵀ's storage
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				openblasSgemm(transA, transB, rows, n, k, alpha, a[aOff:], lda, b, ldb, beta, c[i0*ldc:], ldc)
+			}()
+		}
+	} else {
+		chunk := (n + workers - 1) / workers
+		for j0 := 0; j0 < n; j0 += chunk {
+			cols := min(chunk, n-j0)
+			bOff := j0 // column j0 of B
+			if transB {
+				bOff = j0 * ldb // row j0 of Bᵀ's storage
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				openblasSgemm(transA, transB, m, cols, k, alpha, a, lda, b[bOff:], ldb, beta, c[j0:], ldc)
+			}()
+		}
+	}
+	wg.Wait()
 }

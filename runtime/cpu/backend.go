@@ -1,0 +1,72 @@
+package cpu
+
+import (
+	"fmt"
+	"runtime"
+	"strings"
+	"sync/atomic"
+
+	"github.com/gomlx/gomlx/backends"
+
+	"stx.dev/stx/runtime/cpu/blas"
+)
+
+// BackendName is the name the backend is registered under ("cpu", selected with
+// GOMLX_BACKEND=cpu or the config string "cpu").
+const BackendName = "cpu"
+
+func init() {
+	backends.Register(BackendName, New)
+}
+
+// Backend is stx's CPU backend. It is safe for concurrent use.
+type Backend struct {
+	pool      bufferPool
+	finalized atomic.Bool
+}
+
+var _ backends.Backend = (*Backend)(nil)
+
+// New creates a cpu backend. The config string takes no options: anything but "" is an error,
+// so a typo is not silently ignored.
+func New(config string) (backends.Backend, error) {
+	if cfg := strings.TrimSpace(config); cfg != "" {
+		return nil, fmt.Errorf("cpu backend: unknown configuration %q (the cpu backend takes no options)", cfg)
+	}
+	return &Backend{}, nil
+}
+
+// Name returns "cpu".
+func (b *Backend) Name() string { return BackendName }
+
+// String returns the backend's name.
+func (b *Backend) String() string { return BackendName }
+
+// Description names the matrix-multiply implementation in use.
+func (b *Backend) Description() string {
+	return fmt.Sprintf("stx cpu backend (GEMM: %s; %d cores)", blas.Name(), runtime.GOMAXPROCS(0))
+}
+
+// NumDevices returns 1.
+func (b *Backend) NumDevices() int { return 1 }
+
+// DeviceDescription describes the single device.
+func (b *Backend) DeviceDescription(deviceNum backends.DeviceNum) string {
+	return fmt.Sprintf("cpu:%d (%d cores)", deviceNum, runtime.GOMAXPROCS(0))
+}
+
+// Capabilities lists the ops and dtypes the backend implements.
+func (b *Backend) Capabilities() backends.Capabilities {
+	return capabilities.Clone()
+}
+
+// Builder starts a new computation graph.
+func (b *Backend) Builder(name string) backends.Builder {
+	return newBuilder(b, name)
+}
+
+// Finalize marks the backend finalized; buffers are left to the garbage collector.
+func (b *Backend) Finalize() { b.finalized.Store(true) }
+
+// IsFinalized reports whether Finalize was called.
+func (b *Backend) IsFinalized() bool { return b.finalized.Load() }

@@ -1,0 +1,22 @@
+// Package cpu is stx's own GoMLX backend for CPUs, registered as "cpu".
+//
+// GoMLX's pure-Go backend (SimpleGo) multiplies float32 matrices at a few GFLOP/s and cannot be
+// extended from outside its package, so stx brings a backend of its own: matrix products go to
+// OpenBLAS (package blas; DotGeneral is normalised to batch × [M,K]·[K,N], using Sgemm's
+// transpose flags instead of copies where the layout allows), data movement and reductions to
+// package kernels, and elementwise arithmetic to loops split across cores when large. The hot
+// float32 ones (exp, logistic, log, sqrt, the four arithmetic ops, max, min, …) on slices of 256
+// elements or more run in C (vec.c), compiled for baseline x86-64 and for AVX2 and picked at
+// start, with the same bits as the Go loops they replace (which remain for short slices and
+// for builds without cgo or with -tags noopenblas); exp and the logistic function use a float32
+// polynomial, not math.Exp.
+//
+// Graphs are compiled into a flat program in topological order. A liveness analysis decides,
+// for every intermediate buffer, the node after which it is dead: dead buffers go back to a
+// pool keyed by (dtype, length) shared by all executions, and elementwise ops write in place
+// into an input that dies at them. Each execution has its own buffers, so one Executable may
+// run concurrently from several goroutines.
+//
+// Ops the backend leaves out fail at graph-building time with "not implemented by the cpu
+// backend: <OpName>".
+package cpu

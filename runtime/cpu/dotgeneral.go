@@ -1,0 +1,314 @@
+package cpu
+
+import (
+	"fmt"
+	"slices"
+
+	"github.com/gomlx/gomlx/pkg/core/shapes"
+
+	"stx.dev/stx/runtime/cpu/blas"
+	"stx.dev/stx/runtime/cpu/kernels"
+)
+
+// dotPlan is a DotGeneral normalised to batch × [M,K]·[K,N]: each operand is either used as
+// stored (possibly through Sgemm's transpose flag) or transposed first into that layout.
+type dotPlan struct {
+	batch, m, k, n int
+	// lhsPerm / rhsPerm, when not nil, transpose the operand into [batch..., M..., K...] /
+	// [batch..., K..., N...] before the multiply.
+	lhsPerm, rhsPerm []int
+	// transA: the lhs is stored [batch, K, M]; transB: the rhs is stored [batch, N, K].
+	transA, transB   bool
+	lhsDims, rhsDims []int
+}
+
+func isIdentity(perm []int) bool {
+	for i, p := range perm {
+		if p != i {
+			return false
+		}
+	}
+	return true
+}
+
+// freeAxes lists the axes of a rank-r operand that are neither batch nor contracting.
+func freeAxes(rank int, batch, contracting []int) []int {
+	var free []int
+	for a := range rank {
+		if !slices.Contains(batch, a) && !slices.Contains(contracting, a) {
+			free = append(free, a)
+		}
+	}
+	return free
+}
+
+func concatInts(parts ...[]int) []int {
+	var out []int
+	for _, p := range parts {
+		out = append(out, p...)
+	}
+	return out
+}
+
+func product(dims []int, axes []int) int {
+	p := 1
+	for _, a := range axes {
+		p *= dims[a]
+	}
+	return p
+}
+
+// planDotGeneral validates the axes and returns the plan and the output shape: batch axes, then
+// the lhs free axes, then the rhs free axes (XLA's order).
+func planDotGeneral(lhs shapes.Shape, lhsContracting, lhsBatch []int, rhs shapes.Shape, rhsContracting, rhsBatch []int) (*dotPlan, shapes.Shape, error) {
+	if lhs.DType != rhs.DType {
+		return nil, shapes.Invalid(), fmt.Errorf("dtypes differ: %s and %s", lhs, rhs)
+	}
+	if len(lhsContracting) != len(rhsContracting) || len(lhsBatch) != len(rhsBatch) {
+		return nil, shapes.Invalid(), fmt.Errorf("lhs has %d contracting / %d batch axes, rhs %d / %d",
+			len(lhsContracting), len(lhsBatch), len(rhsContracting), len(rhsBatch))
+	}
+	var err error
+	norm := func(axes []int, rank int) []int {
+		if err != nil {
+			return nil
+		}
+		var out []int
+		out, err = normalizeAxes("DotGeneral", axes, rank)
+		return out
+	}
+	lc, lb := norm(lhsContracting, lhs.Rank()), norm(lhsBatch, lhs.Rank())
+	rc, rb := norm(rhsContracting, rhs.Rank()), norm(rhsBatch, rhs.Rank())
+	if err != nil {
+		return nil, shapes.Invalid(), err
+	}
+	seen := func(axes ...[]int) error {
+		used := map[int]bool{}
+		for _, as := range axes {
+			for _, a := range as {
+				if used[a] {
+					return fmt.Errorf("axis %d used twice", a)
+				}
+				used[a] = true
+			}
+		}
+		return nil
+	}
+	if err := seen(lc, lb); err != nil {
+		return nil, shapes.Invalid(), fmt.Errorf("lhs: %w", err)
+	}
+	if err := seen(rc, rb); err != nil {
+		return nil, shapes.Invalid(), fmt.Errorf("rhs: %w", err)
+	}
+	for i := range lc {
+		if lhs.Dimensions[lc[i]] != rhs.Dimensions[rc[i]] {
+			return nil, shapes.Invalid(), fmt.Errorf("contracting dimensions differ: lhs axis %d (%d) vs rhs axis %d (%d)",
+				lc[i], lhs.Dimensions[lc[i]], rc[i], rhs.Dimensions[rc[i]])
+		}
+	}
+	for i := range lb {
+		if lhs.Dimensions[lb[i]] != rhs.Dimensions[rb[i]] {
+			return nil, shapes.Invalid(), fmt.Errorf("batch dimensions differ: lhs axis %d (%d) vs rhs axis %d (%d)",
+				lb[i], lhs.Dimensions[lb[i]], rb[i], rhs.Dimensions[rb[i]])
+		}
+	}
+	lf, rf := freeAxes(lhs.Rank(), lb, lc), freeAxes(rhs.Rank(), rb, rc)
+	p := &dotPlan{
+		batch:   product(lhs.Dimensions, lb),
+		m:       product(lhs.Dimensions, lf),
+		k:       product(lhs.Dimensions, lc),
+		n:       product(rhs.Dimensions, rf),
+		lhsDims: slices.Clone(lhs.Dimensions),
+		rhsDims: slices.Clone(rhs.Dimensions),
+	}
+	// Prefer Sgemm's transpose flags over materialising a transpose.
+	switch {
+	case isIdentity(concatInts(lb, lf, lc)):
+	case isIdentity(concatInts(lb, lc, lf)):
+		p.transA = true
+	default:
+		p.lhsPerm = concatInts(lb, lf, lc)
+	}
+	switch {
+	case isIdentity(concatInts(rb, rc, rf)):
+	case isIdentity(concatInts(rb, rf, rc)):
+		p.transB = true
+	default:
+		p.rhsPerm = concatInts(rb, rc, rf)
+	}
+	var dims []int
+	for _, a := range lb {
+		dims = append(dims, lhs.Dimensions[a])
+	}
+	for _, a := range lf {
+		dims = append(dims, lhs.Dimensions[a])
+	}
+	for _, a := range rf {
+		dims = append(dims, rhs.Dimensions[a])
+	}
+	return p, shapes.Make(lhs.DType, dims...), nil
+}
+
+// execDotGeneral multiplies batch × [M,K]·[K,N]: OpenBLAS for float32, Go loops otherwise.
+func execDotGeneral(r *execution, n *node, in []*Buffer, _ []bool) (*Buffer, error) {
+	p := n.data.(*dotPlan)
+	out := r.pool.newBuffer(n.shape)
+	switch o := out.flat.(type) {
+	case []float32:
+		dotFloat32(r, p, in[0].flat.([]float32), in[1].flat.([]float32), o)
+	case []float64:
+		dotGeneric(r, p, in[0].flat.([]float64), in[1].flat.([]float64), o)
+	case []int32:
+		dotGeneric(r, p, in[0].flat.([]int32), in[1].flat.([]int32), o)
+	case []int64:
+		dotGeneric(r, p, in[0].flat.([]int64), in[1].flat.([]int64), o)
+	case []uint8:
+		dotGeneric(r, p, in[0].flat.([]uint8), in[1].flat.([]uint8), o)
+	default:
+		return nil, fmt.Errorf("DotGeneral: dtype %s not supported", n.shape.DType)
+	}
+	return out, nil
+}
+
+// transposed returns the operand in the plan's layout: as is, or transposed into a pooled
+// scratch slice that release must return.
+func transposed[T any](r *execution, src []T, dims, perm []int) (data []T, release func()) {
+	if perm == nil {
+		return src, func() {}
+	}
+	dt := flatDType(src)
+	tmp := r.pool.get(dt, len(src)).([]T)
+	kernels.Transpose(tmp, src, dims, perm)
+	return tmp, func() { r.pool.put(dt, tmp) }
+}
+
+func dotFloat32(r *execution, p *dotPlan, lhs, rhs, out []float32) {
+	a, relA := transposed(r, lhs, p.lhsDims, p.lhsPerm)
+	defer relA()
+	b, relB := transposed(r, rhs, p.rhsDims, p.rhsPerm)
+	defer relB()
+	m, k, n := p.m, p.k, p.n
+	lda, ldb := k, n
+	if p.transA {
+		lda = m
+	}
+	if p.transB {
+		ldb = k
+	}
+	if k == 0 {
+		clear(out) // an empty contraction sums nothing
+		return
+	}
+	if m == 0 || n == 0 {
+		return
+	}
+	sgemmBatch(p.transA, p.transB, p.batch, m, n, k, a, lda, b, ldb, out)
+}
+
+const (
+	// blasSerialFMAs mirrors package blas: Sgemm computes a product of fewer than 2^20 FLOPs
+	// (2^19 multiply-adds) on the calling goroutine and splits larger ones across the cores.
+	blasSerialFMAs = 1 << 19
+	// goGemmMaxFMAs: products up to this size are computed by gemmGo.
+	goGemmMaxFMAs = 1 << 11
+)
+
+// gemmGo computes c = a·op(b) for a row-major m×k a (row stride lda) in plain Go: dot
+// products of contiguous rows when b is stored transposed ([n,k]), row updates otherwise.
+func gemmGo(transB bool, m, n, k int, a []float32, lda int, b []float32, ldb int, c []float32) {
+	for i := range m {
+		ar := a[i*lda : i*lda+k]
+		cr := c[i*n : (i+1)*n]
+		if transB {
+			for j := range cr {
+				br := b[j*ldb : j*ldb+k]
+				var s0, s1, s2, s3 float32
+				p := 0
+				for ; p+4 <= k; p += 4 {
+					s0 += ar[p] * br[p]
+					s1 += ar[p+1] * br[p+1]
+					s2 += ar[p+2] * br[p+2]
+					s3 += ar[p+3] * br[p+3]
+				}
+				for ; p < k; p++ {
+					s0 += ar[p] * br[p]
+				}
+				cr[j] = (s0 + s1) + (s2 + s3)
+			}
+			continue
+		}
+		clear(cr)
+		for p, av := range ar {
+			br := b[p*ldb : p*ldb+n]
+			for j := range cr {
+				cr[j] += av * br[j]
+			}
+		}
+	}
+}
+
+// sgemmBatch computes out[b] = op(a[b])·op(b[b]) for every batch item (row-major, ldc = n).
+// Tiny products run in Go (a cgo call and OpenBLAS's packing cost more than the arithmetic);
+// batches of products too small for blas.Sgemm to split are spread over the cores one item
+// per task (the decode step's attention: 32 heads×rows of [1,256]·[256,64]); larger products
+// go to blas.Sgemm one at a time, which splits each across the cores.
+func sgemmBatch(transA, transB bool, batch, m, n, k int, a []float32, lda int, b []float32, ldb int, out []float32) {
+	perItem := m * n * k
+	switch {
+	case perItem <= goGemmMaxFMAs && !transA:
+		parallelFor(batch, batch*perItem, func(lo, hi int) {
+			for bi := lo; bi < hi; bi++ {
+				gemmGo(transB, m, n, k, a[bi*m*k:], lda, b[bi*k*n:], ldb, out[bi*m*n:(bi+1)*m*n])
+			}
+		})
+	case batch > 1 && perItem < blasSerialFMAs:
+		parallelFor(batch, batch*perItem, func(lo, hi int) {
+			for bi := lo; bi < hi; bi++ {
+				blas.Sgemm(transA, transB, m, n, k, 1, a[bi*m*k:], lda, b[bi*k*n:], ldb, 0, out[bi*m*n:], n)
+			}
+		})
+	default:
+		for bi := range batch {
+			blas.Sgemm(transA, transB, m, n, k, 1, a[bi*m*k:], lda, b[bi*k*n:], ldb, 0, out[bi*m*n:], n)
+		}
+	}
+}
+
+type dotNumber interface {
+	~float32 | ~float64 | ~int32 | ~int64 | ~uint8
+}
+
+// dotGeneric is the plain Go product for dtypes OpenBLAS does not cover: rows of the output
+// accumulate axpy-style over K so the inner loop is unit-stride when B is not transposed.
+func dotGeneric[T dotNumber](r *execution, p *dotPlan, lhs, rhs, out []T) {
+	a, relA := transposed(r, lhs, p.lhsDims, p.lhsPerm)
+	defer relA()
+	b, relB := transposed(r, rhs, p.rhsDims, p.rhsPerm)
+	defer relB()
+	m, k, n := p.m, p.k, p.n
+	for bi := range p.batch {
+		ab, bb, ob := a[bi*m*k:(bi+1)*m*k], b[bi*k*n:(bi+1)*k*n], out[bi*m*n:(bi+1)*m*n]
+		for i := range m {
+			row := ob[i*n : (i+1)*n]
+			clear(row)
+			for q := range k {
+				var av T
+				if p.transA {
+					av = ab[q*m+i]
+				} else {
+					av = ab[i*k+q]
+				}
+				if p.transB {
+					for j := range row {
+						row[j] += av * bb[j*k+q]
+					}
+				} else {
+					br := bb[q*n : (q+1)*n]
+					for j := range row {
+						row[j] += av * br[j]
+					}
+				}
+			}
+		}
+	}
+}

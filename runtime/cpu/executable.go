@@ -1,0 +1,261 @@
+package cpu
+
+import (
+	"fmt"
+	"runtime/debug"
+
+	"github.com/gomlx/gomlx/backends"
+	"github.com/gomlx/gomlx/pkg/core/shapes"
+)
+
+// execFn computes a node's output from its inputs. owned[i] says that in[i]'s storage dies at
+// this node and belongs to the execution: the function may write its output into it and
+// return in[i] itself (with the output's shape), which hands the storage over.
+type execFn func(r *execution, n *node, in []*Buffer, owned []bool) (*Buffer, error)
+
+// step is one node of the compiled program.
+type step struct {
+	n      *node
+	fn     execFn
+	inputs []int // node indices
+	// release lists the storage roots whose last use is this step.
+	release []int
+}
+
+// Executable is a compiled graph: a topologically ordered program with, for every
+// intermediate buffer, the step after which it is dead. It is safe for concurrent use.
+type Executable struct {
+	backend *Backend
+	name    string
+	numIdx  int
+	params  []*node
+	outputs []*node
+	steps   []step
+	// root[i] is the node whose storage node i's output uses: itself, or for Reshape and
+	// Identity (which never copy) the root of their operand.
+	root []int
+	// lastUse[root] is the step index of the storage's last reader (-1: none).
+	lastUse []int
+	// pinned roots are never recycled nor written in place: constants and storage that an
+	// output returns. Parameters are pinned unless donated (decided per execution).
+	pinned  []bool
+	isParam []int // root -> parameter position, or -1
+	// consts are the constants the program reads, with their (read-only, shared) buffers.
+	consts    []*node
+	isConst   []bool
+	constBufs []*Buffer
+}
+
+var _ backends.Executable = (*Executable)(nil)
+
+// Compile turns the graph built so far into an Executable computing outputs.
+func (b *Builder) Compile(outputs []backends.Op, shardings []*backends.ShardingSpec) (backends.Executable, error) {
+	if len(shardings) != 0 {
+		return nil, fmt.Errorf("cpu backend Compile: sharding is not supported")
+	}
+	outNodes, err := b.checkOps("Compile", outputs...)
+	if err != nil {
+		return nil, err
+	}
+	b.compiled = true
+	e := &Executable{backend: b.backend, name: b.name, numIdx: len(b.nodes), params: b.params, outputs: outNodes}
+
+	// Nodes needed by the outputs; builder order is already topological.
+	needed := make([]bool, len(b.nodes))
+	var mark func(n *node)
+	mark = func(n *node) {
+		if needed[n.idx] {
+			return
+		}
+		needed[n.idx] = true
+		for _, in := range n.inputs {
+			mark(in)
+		}
+	}
+	for _, o := range outNodes {
+		mark(o)
+	}
+	e.root = make([]int, len(b.nodes))
+	e.lastUse = make([]int, len(b.nodes))
+	e.pinned = make([]bool, len(b.nodes))
+	e.isParam = make([]int, len(b.nodes))
+	e.isConst = make([]bool, len(b.nodes))
+	for i := range e.isParam {
+		e.isParam[i] = -1
+		e.lastUse[i] = -1
+	}
+	for i, p := range b.params {
+		e.isParam[p.idx] = i
+	}
+	for _, n := range b.nodes {
+		if !needed[n.idx] {
+			continue
+		}
+		e.root[n.idx] = n.idx
+		switch n.op {
+		case backends.OpTypeParameter, backends.OpTypeConstant:
+			if n.op == backends.OpTypeConstant {
+				e.pinned[n.idx] = true
+				e.isConst[n.idx] = true
+				e.consts = append(e.consts, n)
+				e.constBufs = append(e.constBufs, &Buffer{shape: n.shape, flat: n.data, valid: true})
+			}
+			continue // no step: their buffers are set before the program runs
+		case backends.OpTypeReshape, backends.OpTypeIdentity:
+			e.root[n.idx] = e.root[n.inputs[0].idx]
+		}
+		fn, ok := executors[n.op]
+		if !ok {
+			return nil, fmt.Errorf("cpu backend Compile: %w", errNotImplemented(n.op))
+		}
+		s := step{n: n, fn: fn, inputs: make([]int, len(n.inputs))}
+		for i, in := range n.inputs {
+			s.inputs[i] = in.idx
+			e.lastUse[e.root[in.idx]] = len(e.steps)
+		}
+		e.steps = append(e.steps, s)
+	}
+	for _, o := range outNodes {
+		e.pinned[e.root[o.idx]] = true
+	}
+	for r, last := range e.lastUse {
+		if last >= 0 && !e.pinned[r] {
+			e.steps[last].release = append(e.steps[last].release, r)
+		}
+	}
+	return e, nil
+}
+
+// Finalize releases nothing: the program holds no buffers between executions.
+func (e *Executable) Finalize() {}
+
+// Inputs returns the parameters' names and shapes.
+func (e *Executable) Inputs() (names []string, inputShapes []shapes.Shape) {
+	for _, p := range e.params {
+		names = append(names, p.data.(string))
+		inputShapes = append(inputShapes, p.shape)
+	}
+	return
+}
+
+// Outputs returns the outputs' shapes.
+func (e *Executable) Outputs() []shapes.Shape {
+	out := make([]shapes.Shape, len(e.outputs))
+	for i, o := range e.outputs {
+		out[i] = o.shape
+	}
+	return out
+}
+
+// execution is the state of one Execute call.
+type execution struct {
+	pool *bufferPool
+}
+
+// Execute runs the program on inputs; donated inputs become invalid and their storage may be
+// reused.
+func (e *Executable) Execute(inputs []backends.Buffer, donate []bool, _ backends.DeviceNum) (outs []backends.Buffer, err error) {
+	if len(inputs) != len(e.params) {
+		return nil, fmt.Errorf("cpu backend Execute %q: %d inputs given, %d expected", e.name, len(inputs), len(e.params))
+	}
+	vals := make([]*Buffer, e.numIdx)
+	donated := make([]bool, len(inputs))
+	for i, in := range inputs {
+		buf, err := e.backend.checkBuffer(in)
+		if err != nil {
+			return nil, fmt.Errorf("cpu backend Execute %q: input #%d: %w", e.name, i, err)
+		}
+		if !buf.shape.Equal(e.params[i].shape) {
+			return nil, fmt.Errorf("cpu backend Execute %q: input #%d (%s) has shape %s, expected %s",
+				e.name, i, e.params[i].data, buf.shape, e.params[i].shape)
+		}
+		vals[e.params[i].idx] = buf
+		donated[i] = i < len(donate) && donate[i] && !buf.shared.Load()
+	}
+	for i, c := range e.consts {
+		vals[c.idx] = e.constBufs[i]
+	}
+	r := &execution{pool: &e.backend.pool}
+	defer func() {
+		// Kernels panic on conditions Go checks (integer division by zero, bad indices):
+		// report them as errors of this execution.
+		if p := recover(); p != nil {
+			outs, err = nil, fmt.Errorf("cpu backend Execute %q: panic: %v\n%s", e.name, p, debug.Stack())
+		}
+	}()
+	// reusable says whether storage root may be recycled or overwritten by this execution.
+	reusable := func(root int) bool {
+		if e.pinned[root] {
+			return false
+		}
+		if pi := e.isParam[root]; pi >= 0 {
+			return donated[pi]
+		}
+		return true
+	}
+	var inBufs []*Buffer
+	var owned []bool
+	taken := make([]bool, e.numIdx)
+	for si := range e.steps {
+		s := &e.steps[si]
+		n := s.n
+		inBufs = inBufs[:0]
+		owned = owned[:0]
+		for _, idx := range s.inputs {
+			inBufs = append(inBufs, vals[idx])
+			root := e.root[idx]
+			owned = append(owned, e.lastUse[root] == si && reusable(root) && !taken[root])
+		}
+		switch n.op {
+		case backends.OpTypeReshape, backends.OpTypeIdentity:
+			// An alias of the operand's storage, with the node's shape.
+			vals[n.idx] = &Buffer{shape: n.shape, flat: inBufs[0].flat, valid: true}
+		default:
+			out, err := s.fn(r, n, inBufs, owned)
+			if err != nil {
+				return nil, fmt.Errorf("cpu backend Execute %q: %s: %w", e.name, n.op, err)
+			}
+			for i, b := range inBufs {
+				if b == out && owned[i] {
+					taken[e.root[s.inputs[i]]] = true
+				}
+			}
+			out.shape = n.shape
+			vals[n.idx] = out
+		}
+		for _, root := range s.release {
+			if !taken[root] && reusable(root) {
+				r.pool.put(vals[root].shape.DType, vals[root].flat)
+				vals[root].flat = nil
+				taken[root] = true
+			}
+		}
+	}
+	// Hand the outputs over; storage the caller still owns (non-donated parameters, constants)
+	// or that an earlier output already returned is copied.
+	outs = make([]backends.Buffer, len(e.outputs))
+	returned := make(map[int]bool, len(e.outputs))
+	for i, o := range e.outputs {
+		buf := vals[o.idx]
+		root := e.root[o.idx]
+		own := !returned[root] && e.isParam[root] < 0 && !e.isConst[root]
+		if pi := e.isParam[root]; pi >= 0 && donated[pi] && !returned[root] {
+			own = true
+		}
+		returned[root] = true
+		if own {
+			outs[i] = &Buffer{shape: o.shape, flat: buf.flat, valid: true}
+			continue
+		}
+		c := r.pool.newBuffer(o.shape)
+		copyFlat(c.flat, buf.flat)
+		outs[i] = c
+	}
+	// Donated inputs are invalid from now on.
+	for i, in := range inputs {
+		if donated[i] {
+			in.(*Buffer).valid = false
+		}
+	}
+	return outs, nil
+}

@@ -1,0 +1,200 @@
+//go:build cgo && !noopenblas
+
+// Vectorised float32 elementwise kernels; see vec.go. Each kernel is compiled twice from
+// vec_impl.h, for baseline x86-64 (SSE2) and for AVX2, and stx_vec_level picks at run time,
+// so the binary still runs on CPUs without AVX2.
+
+// Results must match Go's bit for bit: no fused multiply-adds (GCC contracts a*b+c by default
+// in GNU C modes; -std=c11 in vec_cgo.go turns that off too) and no -ffast-math.
+#ifdef __clang__
+#pragma STDC FP_CONTRACT OFF
+#else
+#pragma GCC optimize("fp-contract=off")
+#endif
+
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "vec.h"
+
+// STX_VEC_SHUFFLE: __builtin_shufflevector is there (GCC ≥ 12, clang) to split and join
+// vectors in registers. STX_VEC_NO_SHUFFLE turns it off (to test the fallback here).
+#if defined(__has_builtin) && !defined(STX_VEC_NO_SHUFFLE)
+#if __has_builtin(__builtin_shufflevector)
+#define STX_VEC_SHUFFLE 1
+#endif
+#endif
+
+// The two-level build relies on GCC's `#pragma GCC target`; other compilers (clang) and other
+// architectures get the portable branch. STX_VEC_PORTABLE forces it (to compile-check it here).
+#if defined(__x86_64__) && !defined(__clang__) && !defined(STX_VEC_PORTABLE)
+
+#include <immintrin.h>
+
+typedef float vf4 __attribute__((vector_size(16)));
+typedef int32_t vi4 __attribute__((vector_size(16)));
+typedef uint32_t vu4 __attribute__((vector_size(16)));
+typedef float vf2 __attribute__((vector_size(8)));
+typedef double vd2 __attribute__((vector_size(16)));
+typedef int64_t vl2 __attribute__((vector_size(16)));
+typedef uint64_t vul2 __attribute__((vector_size(16)));
+
+// The square roots use intrinsics: GCC vectorises sqrtf loops only with -fno-math-errno,
+// which cgo does not accept. sqrt rounded once to float equals Go's float32(math.Sqrt(
+// float64(v))); the reciprocal square root is computed in double as Go does (in float the two
+// roundings would differ in the last bit).
+static inline vf4 sqrt_v_generic(vf4 v) { return (vf4)_mm_sqrt_ps((__m128)v); }
+
+static inline vf4 rsqrt_v_generic(vf4 v) {
+	__m128d lo = _mm_cvtps_pd((__m128)v);
+	__m128d hi = _mm_cvtps_pd(_mm_movehl_ps((__m128)v, (__m128)v));
+	lo = _mm_div_pd(_mm_set1_pd(1.0), _mm_sqrt_pd(lo));
+	hi = _mm_div_pd(_mm_set1_pd(1.0), _mm_sqrt_pd(hi));
+	return (vf4)_mm_movelh_ps(_mm_cvtpd_ps(lo), _mm_cvtpd_ps(hi));
+}
+
+#define SFX generic
+#define W 4
+#define VF vf4
+#define VI vi4
+#define VU vu4
+#define VFH vf2
+#define VDH vd2
+#define VLH vl2
+#define VULH vul2
+#define HALF_LO(v) __builtin_shufflevector(v, v, 0, 1)
+#define HALF_HI(v) __builtin_shufflevector(v, v, 2, 3)
+#define JOIN_HALVES(a, b) __builtin_shufflevector(a, b, 0, 1, 2, 3)
+#include "vec_impl.h"
+#undef SFX
+#undef W
+#undef VF
+#undef VI
+#undef VU
+#undef VFH
+#undef VDH
+#undef VLH
+#undef VULH
+#undef HALF_LO
+#undef HALF_HI
+#undef JOIN_HALVES
+
+#pragma GCC push_options
+#pragma GCC target("avx2")
+
+typedef float vf8 __attribute__((vector_size(32)));
+typedef int32_t vi8 __attribute__((vector_size(32)));
+typedef uint32_t vu8 __attribute__((vector_size(32)));
+typedef double vd4 __attribute__((vector_size(32)));
+typedef int64_t vl4 __attribute__((vector_size(32)));
+typedef uint64_t vul4 __attribute__((vector_size(32)));
+
+static inline vf8 sqrt_v_avx2(vf8 v) { return (vf8)_mm256_sqrt_ps((__m256)v); }
+
+static inline vf8 rsqrt_v_avx2(vf8 v) {
+	__m256d lo = _mm256_cvtps_pd(_mm256_castps256_ps128((__m256)v));
+	__m256d hi = _mm256_cvtps_pd(_mm256_extractf128_ps((__m256)v, 1));
+	lo = _mm256_div_pd(_mm256_set1_pd(1.0), _mm256_sqrt_pd(lo));
+	hi = _mm256_div_pd(_mm256_set1_pd(1.0), _mm256_sqrt_pd(hi));
+	return (vf8)_mm256_insertf128_ps(_mm256_castps128_ps256(_mm256_cvtpd_ps(lo)), _mm256_cvtpd_ps(hi), 1);
+}
+
+#define SFX avx2
+#define W 8
+#define VF vf8
+#define VI vi8
+#define VU vu8
+#define VFH vf4
+#define VDH vd4
+#define VLH vl4
+#define VULH vul4
+#define HALF_LO(v) __builtin_shufflevector(v, v, 0, 1, 2, 3)
+#define HALF_HI(v) __builtin_shufflevector(v, v, 4, 5, 6, 7)
+#define JOIN_HALVES(a, b) __builtin_shufflevector(a, b, 0, 1, 2, 3, 4, 5, 6, 7)
+#include "vec_impl.h"
+#undef SFX
+#undef W
+#undef VF
+#undef VI
+#undef VU
+#undef VFH
+#undef VDH
+#undef VLH
+#undef VULH
+#undef HALF_LO
+#undef HALF_HI
+#undef JOIN_HALVES
+
+#pragma GCC pop_options
+
+int stx_vec_level(void) {
+	__builtin_cpu_init();
+	return __builtin_cpu_supports("avx2") ? STX_VEC_AVX2 : STX_VEC_GENERIC;
+}
+
+void stx_vec_unary(int level, int op, float *out, const float *x, long n) {
+	if (level == STX_VEC_AVX2) {
+		unary_avx2(op, out, x, n);
+	} else {
+		unary_generic(op, out, x, n);
+	}
+}
+
+void stx_vec_binary(int level, int op, int layout, float *out, const float *x, const float *y, float s, long n) {
+	if (level == STX_VEC_AVX2) {
+		binary_avx2(op, layout, out, x, y, s, n);
+	} else {
+		binary_generic(op, layout, out, x, y, s, n);
+	}
+}
+
+#else
+
+// Other architectures: the same generic-vector code for the baseline target, square roots lane
+// by lane.
+typedef float vf4 __attribute__((vector_size(16)));
+typedef int32_t vi4 __attribute__((vector_size(16)));
+typedef uint32_t vu4 __attribute__((vector_size(16)));
+typedef float vf2 __attribute__((vector_size(8)));
+typedef double vd2 __attribute__((vector_size(16)));
+typedef int64_t vl2 __attribute__((vector_size(16)));
+typedef uint64_t vul2 __attribute__((vector_size(16)));
+
+static inline vf4 sqrt_v_generic(vf4 v) {
+	for (int i = 0; i < 4; i++) v[i] = sqrtf(v[i]);
+	return v;
+}
+
+static inline vf4 rsqrt_v_generic(vf4 v) {
+	for (int i = 0; i < 4; i++) v[i] = (float)(1.0 / sqrt((double)v[i]));
+	return v;
+}
+
+#define SFX generic
+#define W 4
+#define VF vf4
+#define VI vi4
+#define VU vu4
+#define VFH vf2
+#define VDH vd2
+#define VLH vl2
+#define VULH vul2
+#define HALF_LO(v) __builtin_shufflevector(v, v, 0, 1)
+#define HALF_HI(v) __builtin_shufflevector(v, v, 2, 3)
+#define JOIN_HALVES(a, b) __builtin_shufflevector(a, b, 0, 1, 2, 3)
+#include "vec_impl.h"
+
+int stx_vec_level(void) { return STX_VEC_GENERIC; }
+
+void stx_vec_unary(int level, int op, float *out, const float *x, long n) {
+	(void)level;
+	unary_generic(op, out, x, n);
+}
+
+void stx_vec_binary(int level, int op, int layout, float *out, const float *x, const float *y, float s, long n) {
+	(void)level;
+	binary_generic(op, layout, out, x, y, s, n);
+}
+
+#endif

@@ -1,0 +1,43 @@
+// Vectorised float32 elementwise kernels for stx's cpu backend (see vec.go).
+#ifndef STX_VEC_H
+#define STX_VEC_H
+
+// Instruction-set levels: the kernels are compiled once per level and the caller picks one
+// (normally stx_vec_level(); the tests run every level the CPU supports).
+enum { STX_VEC_GENERIC = 0, STX_VEC_AVX2 = 1 };
+
+// Unary ops of stx_vec_unary.
+enum {
+	STX_VEC_EXP = 0,
+	STX_VEC_LOGISTIC = 1,
+	STX_VEC_NEG = 2,
+	STX_VEC_ABS = 3,
+	STX_VEC_SQRT = 4,
+	STX_VEC_RSQRT = 5,
+	STX_VEC_LOG = 6,
+};
+
+// Binary ops of stx_vec_binary.
+enum {
+	STX_VEC_ADD = 0,
+	STX_VEC_SUB = 1,
+	STX_VEC_MUL = 2,
+	STX_VEC_DIV = 3,
+	STX_VEC_MAX = 4,
+	STX_VEC_MIN = 5,
+};
+
+// Operand layouts of stx_vec_binary: both vectors, y the scalar s, x the scalar s.
+enum { STX_VEC_VV = 0, STX_VEC_VS = 1, STX_VEC_SV = 2 };
+
+// stx_vec_level returns the best level this CPU supports.
+int stx_vec_level(void);
+
+// stx_vec_unary sets out[i] = op(x[i]) for i < n. out may be x itself.
+void stx_vec_unary(int level, int op, float *out, const float *x, long n);
+
+// stx_vec_binary sets out[i] = x[i] op y[i] for i < n; in the VS and SV layouts the scalar s
+// stands for y or x (that pointer is unused). out may be x or y itself.
+void stx_vec_binary(int level, int op, int layout, float *out, const float *x, const float *y, float s, long n);
+
+#endif

@@ -1,0 +1,54 @@
+//go:build cgo && !noopenblas
+
+package cpu
+
+/*
+#cgo CFLAGS: -O3 -std=c11
+#cgo LDFLAGS: -lm
+#include "vec.h"
+*/
+import "C"
+
+import "unsafe"
+
+// vecCompiledIn says whether the C kernels are in this build.
+const vecCompiledIn = true
+
+// vecLevel is the instruction-set level the kernels use on this CPU (vec.h), fixed at start.
+var vecLevel = int(C.stx_vec_level())
+
+// vecLevels lists the levels this CPU can run, for the tests.
+func vecLevels() []int {
+	levels := []int{C.STX_VEC_GENERIC}
+	if vecLevel == C.STX_VEC_AVX2 {
+		levels = append(levels, C.STX_VEC_AVX2)
+	}
+	return levels
+}
+
+// vecLevelName names a level, for test and benchmark names.
+func vecLevelName(level int) string {
+	if level == C.STX_VEC_AVX2 {
+		return "avx2"
+	}
+	return "generic"
+}
+
+func floatPtr(s []float32) *C.float { return (*C.float)(unsafe.Pointer(unsafe.SliceData(s))) }
+
+// vecUnaryAt runs unary kernel code at the given level; out and x have the same length.
+func vecUnaryAt(level, code int, out, x []float32) {
+	if len(out) == 0 {
+		return
+	}
+	C.stx_vec_unary(C.int(level), C.int(code), floatPtr(out), floatPtr(x), C.long(len(out)))
+}
+
+// vecBinaryAt runs binary kernel code at the given level and layout; s is the scalar operand
+// of the VS and SV layouts, whose y or x is then unused (nil).
+func vecBinaryAt(level, code, layout int, out, x, y []float32, s float32) {
+	if len(out) == 0 {
+		return
+	}
+	C.stx_vec_binary(C.int(level), C.int(code), C.int(layout), floatPtr(out), floatPtr(x), floatPtr(y), C.float(s), C.long(len(out)))
+}

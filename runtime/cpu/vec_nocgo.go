@@ -1,0 +1,22 @@
+//go:build !cgo || noopenblas
+
+package cpu
+
+// vecCompiledIn says whether the C kernels are in this build: not without cgo or with
+// -tags noopenblas, where the Go loops run.
+const vecCompiledIn = false
+
+// vecLevel is the instruction-set level of the kernels: none here.
+const vecLevel = 0
+
+func vecLevels() []int { return nil }
+
+func vecLevelName(int) string { return "none" }
+
+func vecUnaryAt(level, code int, out, x []float32) {
+	panic("cpu: the C kernels are not compiled in")
+}
+
+func vecBinaryAt(level, code, layout int, out, x, y []float32, s float32) {
+	panic("cpu: the C kernels are not compiled in")
+}

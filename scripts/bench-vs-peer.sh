@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Runs `stx bench` and its PyTorch CPU peer (scripts/peer_bench.py) back to back on this machine
+# and prints stx's figures as ratios to the peer's, measured in the same run.
+#   scripts/bench-vs-peer.sh                 # default backend, 5 runs each
+#   BACKEND=go RUNS=3 scripts/bench-vs-peer.sh
+# Needs /usr/bin/python3 with PyTorch (Debian: apt-get install python3-torch).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+runs=${RUNS:-5}
+bin=$(mktemp -d)/stx
+go build -o "$bin" ./cmd/stx
+stx=$("$bin" bench --json --runs "$runs" ${BACKEND:+--backend "$BACKEND"} 2>/dev/null)
+peer=$(/usr/bin/python3 scripts/peer_bench.py --runs "$runs")
+STX="$stx" PEER="$peer" /usr/bin/python3 - <<'PY'
+import json, os
+stx = {o["name"]: o for o in map(json.loads, os.environ["STX"].splitlines())}
+peer = {o["name"]: o for o in map(json.loads, os.environ["PEER"].splitlines())}
+print(f"{'measurement':<20}{'stx tok/s':>12}{'peer tok/s':>12}{'stx/peer':>10}")
+for name, p in peer.items():
+    s = stx[name]["tokens_per_s"]
+    print(f"{name:<20}{s:>12.1f}{p['tokens_per_s']:>12.1f}{s / p['tokens_per_s']:>9.2f}x")
+PY

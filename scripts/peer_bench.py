@@ -1,0 +1,156 @@
+#!/usr/bin/env python3
+"""The PyTorch CPU peer of `stx bench`: the same "bench" model (Llama-style, vocab 2048, hidden 256,
+4 layers, 4 heads, SwiGLU 704, untied head) and the same three workloads, printed as the same JSON
+lines, so that stx's figures can be reported as ratios measured on one machine in one run
+(scripts/bench-vs-peer.sh). Needs PyTorch (Debian: apt-get install python3-torch; run with
+/usr/bin/python3). Threads: --threads (default 2, as stx on this 2-core machine).
+
+It is not part of stx or its tests: it only exists to measure the peer.
+"""
+import argparse
+import json
+import math
+import statistics
+import time
+
+import torch
+import torch.nn.functional as F
+
+V, D, L, H, FF = 2048, 256, 4, 4, 704
+HD = D // H
+
+
+def rope(x, pos):  # x [B, H, T, HD]; pos [T] or [B, T]
+    half = HD // 2
+    inv = 1.0 / (10000 ** (torch.arange(half, dtype=torch.float32) * 2 / HD))
+    ang = pos.to(torch.float32)[..., None] * inv  # [..., T, half]
+    if ang.dim() == 2:
+        ang = ang[None, None]
+    else:
+        ang = ang[:, None]
+    c, s = ang.cos(), ang.sin()
+    x1, x2 = x[..., :half], x[..., half:]
+    return torch.cat([x1 * c - x2 * s, x2 * c + x1 * s], dim=-1)
+
+
+def rms(x, w):
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * w
+
+
+class Model(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.emb = torch.nn.Parameter(torch.randn(V, D) * 0.02)
+        self.layers = torch.nn.ModuleList()
+        for _ in range(L):
+            m = torch.nn.Module()
+            for name, shape in [("q", (D, D)), ("k", (D, D)), ("v", (D, D)), ("o", (D, D)),
+                                ("gate", (FF, D)), ("up", (FF, D)), ("down", (D, FF))]:
+                setattr(m, name, torch.nn.Parameter(torch.randn(*shape) * 0.02))
+            m.n1 = torch.nn.Parameter(torch.ones(D))
+            m.n2 = torch.nn.Parameter(torch.ones(D))
+            self.layers.append(m)
+        self.norm = torch.nn.Parameter(torch.ones(D))
+        self.head = torch.nn.Parameter(torch.randn(V, D) * 0.02)
+
+    def forward(self, tokens, cache=None, start=0):
+        B, T = tokens.shape
+        x = self.emb[tokens]
+        pos = torch.arange(start, start + T)
+        for i, m in enumerate(self.layers):
+            h = rms(x, m.n1)
+            q = (h @ m.q.T).view(B, T, H, HD).transpose(1, 2)
+            k = (h @ m.k.T).view(B, T, H, HD).transpose(1, 2)
+            v = (h @ m.v.T).view(B, T, H, HD).transpose(1, 2)
+            q, k = rope(q, pos), rope(k, pos)
+            if cache is not None:
+                if i in cache:
+                    k = torch.cat([cache[i][0], k], dim=2)
+                    v = torch.cat([cache[i][1], v], dim=2)
+                cache[i] = (k, v)
+            a = F.scaled_dot_product_attention(q, k, v, is_causal=(cache is None or T > 1)) \
+                if hasattr(F, "scaled_dot_product_attention") else None
+            if a is None:
+                s = (q @ k.transpose(-1, -2)) / math.sqrt(HD)
+                if cache is None or T > 1:
+                    s = s.masked_fill(torch.ones(T, k.shape[2], dtype=torch.bool).triu(k.shape[2] - T + 1), -1e30)
+                a = s.softmax(-1) @ v
+            x = x + a.transpose(1, 2).reshape(B, T, D) @ m.o.T
+            h = rms(x, m.n2)
+            x = x + (F.silu(h @ m.gate.T) * (h @ m.up.T)) @ m.down.T
+        return rms(x, self.norm) @ self.head.T
+
+
+def token_logprobs(model, tokens, targets):
+    return model(tokens).log_softmax(-1).gather(-1, targets[..., None])[..., 0]
+
+
+def timed(runs, fn):
+    fn()
+    ts = []
+    for _ in range(runs):
+        t = time.perf_counter()
+        fn()
+        ts.append(time.perf_counter() - t)
+    return statistics.median(ts)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--threads", type=int, default=2)
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(1)
+    B, T, P, N = 8, 256, 32, 128
+    model, ref = Model(), Model()
+    ref.load_state_dict(model.state_dict())
+    tokens = torch.randint(0, V, (B, T))
+    targets = torch.roll(tokens, -1, 1)
+    mask = torch.ones(B, T)
+    mask[:, -1] = 0
+    out = []
+
+    def emit(name, tok, sec):
+        out.append({"name": name, "tokens_per_s": tok / sec, "median_s": sec, "runs": args.runs})
+
+    with torch.no_grad():
+        emit("forward_logprobs", B * T, timed(args.runs, lambda: token_logprobs(model, tokens, targets)))
+
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-5, weight_decay=0.0)
+    adv = torch.randn(B)
+
+    def step():
+        with torch.no_grad():
+            ref_lp = token_logprobs(ref, tokens, targets)
+        lp = token_logprobs(model, tokens, targets)
+        ratio = (lp - ref_lp).exp()
+        a = adv[:, None]
+        surr = torch.minimum(ratio * a, ratio.clamp(0.8, 1.28) * a)
+        d = ref_lp - lp
+        k3 = d.exp() - d - 1
+        loss = ((0.04 * k3 - surr) * mask).sum() / mask.sum()
+        opt.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+    emit("grpo_train_step", B * T, timed(args.runs, step))
+
+    prompts = torch.randint(0, V, (B, P))
+
+    def sample():
+        with torch.no_grad():
+            cache = {}
+            logits = model(prompts, cache, 0)[:, -1]
+            for i in range(N):
+                nxt = torch.multinomial(logits.softmax(-1), 1)
+                if i == N - 1:
+                    break
+                logits = model(nxt, cache, P + i)[:, -1]
+    emit("kv_cache_sampling", B * N, timed(args.runs, sample))
+    for o in out:
+        print(json.dumps(o))
+
+
+if __name__ == "__main__":
+    main()
