@@ -63,15 +63,38 @@ func execUnary(r *execution, n *node, in []*Buffer, owned []bool) (*Buffer, erro
 	return out, err
 }
 
+// float64Math are the float unary ops computed through a float64 function of package math (the
+// float32 hot ones have faster kernels in fastmath.go and vec.c, tried first).
+var float64Math = map[backends.OpType]func(float64) float64{
+	backends.OpTypeAbs:   math.Abs,
+	backends.OpTypeExp:   math.Exp,
+	backends.OpTypeExpm1: math.Expm1,
+	backends.OpTypeLog:   math.Log,
+	backends.OpTypeLog1p: math.Log1p,
+	backends.OpTypeCeil:  math.Ceil,
+	backends.OpTypeFloor: math.Floor,
+	backends.OpTypeRound: math.RoundToEven,
+	backends.OpTypeSqrt:  math.Sqrt,
+	backends.OpTypeRsqrt: func(v float64) float64 { return 1 / math.Sqrt(v) },
+	backends.OpTypeCos:   math.Cos,
+	backends.OpTypeSin:   math.Sin,
+	backends.OpTypeTanh:  math.Tanh,
+	backends.OpTypeErf:   math.Erf,
+	// Never exponentiates a large positive number: no overflow to Inf/Inf.
+	backends.OpTypeLogistic: func(v float64) float64 {
+		if v >= 0 {
+			return 1 / (1 + math.Exp(-v))
+		}
+		e := math.Exp(v)
+		return e / (1 + e)
+	},
+}
+
 func unaryFloat[T float](op backends.OpType, out, x []T) {
 	switch op {
 	case backends.OpTypeNeg:
 		for i, v := range x {
 			out[i] = -v
-		}
-	case backends.OpTypeAbs:
-		for i, v := range x {
-			out[i] = T(math.Abs(float64(v)))
 		}
 	case backends.OpTypeSign:
 		for i, v := range x {
@@ -84,70 +107,14 @@ func unaryFloat[T float](op backends.OpType, out, x []T) {
 				out[i] = v // ±0 and NaN
 			}
 		}
-	case backends.OpTypeExp:
-		for i, v := range x {
-			out[i] = T(math.Exp(float64(v)))
-		}
-	case backends.OpTypeExpm1:
-		for i, v := range x {
-			out[i] = T(math.Expm1(float64(v)))
-		}
-	case backends.OpTypeLog:
-		for i, v := range x {
-			out[i] = T(math.Log(float64(v)))
-		}
-	case backends.OpTypeLog1p:
-		for i, v := range x {
-			out[i] = T(math.Log1p(float64(v)))
-		}
-	case backends.OpTypeLogistic:
-		for i, v := range x {
-			// Never exponentiates a large positive number: no overflow to Inf/Inf.
-			if v >= 0 {
-				out[i] = T(1 / (1 + math.Exp(-float64(v))))
-			} else {
-				e := math.Exp(float64(v))
-				out[i] = T(e / (1 + e))
-			}
-		}
-	case backends.OpTypeCeil:
-		for i, v := range x {
-			out[i] = T(math.Ceil(float64(v)))
-		}
-	case backends.OpTypeFloor:
-		for i, v := range x {
-			out[i] = T(math.Floor(float64(v)))
-		}
-	case backends.OpTypeRound:
-		for i, v := range x {
-			out[i] = T(math.RoundToEven(float64(v)))
-		}
-	case backends.OpTypeSqrt:
-		for i, v := range x {
-			out[i] = T(math.Sqrt(float64(v)))
-		}
-	case backends.OpTypeRsqrt:
-		for i, v := range x {
-			out[i] = T(1 / math.Sqrt(float64(v)))
-		}
-	case backends.OpTypeCos:
-		for i, v := range x {
-			out[i] = T(math.Cos(float64(v)))
-		}
-	case backends.OpTypeSin:
-		for i, v := range x {
-			out[i] = T(math.Sin(float64(v)))
-		}
-	case backends.OpTypeTanh:
-		for i, v := range x {
-			out[i] = T(math.Tanh(float64(v)))
-		}
-	case backends.OpTypeErf:
-		for i, v := range x {
-			out[i] = T(math.Erf(float64(v)))
-		}
 	default:
-		panic(fmt.Sprintf("unary op %s has no float kernel", op))
+		f, ok := float64Math[op]
+		if !ok {
+			panic(fmt.Sprintf("unary op %s has no float kernel", op))
+		}
+		for i, v := range x {
+			out[i] = T(f(float64(v)))
+		}
 	}
 }
 
