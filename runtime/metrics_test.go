@@ -8,7 +8,7 @@ func TestCombineMetric(t *testing.T) {
 	fold := func(name string, vs ...float64) float64 {
 		acc := 0.0
 		for i, v := range vs {
-			acc = combineMetric(name, acc, v, i == 0)
+			acc = CombineMetric(name, acc, v, i == 0)
 		}
 		return acc
 	}

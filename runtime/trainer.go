@@ -5,7 +5,6 @@ import (
 	"maps"
 	"math"
 	"slices"
-	"strings"
 	"sync"
 
 	"github.com/gomlx/gomlx/backends"
@@ -14,22 +13,6 @@ import (
 	"github.com/gomlx/gomlx/pkg/core/tensors"
 	"github.com/gomlx/gomlx/pkg/ml/context"
 )
-
-// combineMetric folds one micro-batch's metric into the step's value. Loss
-// builders normalise with the whole mini-batch's denominators (ALGORITHMS.md
-// C.0), so each micro-batch reports its share and shares add up; metrics
-// named *_max or *_min are extremes and combine as such.
-func combineMetric(name string, acc, v float64, first bool) float64 {
-	switch {
-	case first:
-		return v
-	case strings.HasSuffix(name, "_max"):
-		return math.Max(acc, v)
-	case strings.HasSuffix(name, "_min"):
-		return math.Min(acc, v)
-	}
-	return acc + v
-}
 
 // LossFn builds a loss inside a compiled graph: from the model and the micro-batch's tensors
 // (host-side keys become graph nodes with the same names) it returns a scalar loss and named
@@ -50,7 +33,7 @@ type StepResult struct {
 	Step     int                // 0-based index of the step just taken (or skipped)
 	LR       float64            // learning rate used
 	Loss     float64            // sum of the micro-batch losses
-	Metrics  map[string]float64 // each metric summed over micro-batches (extremes: max/min); see combineMetric
+	Metrics  map[string]float64 // each metric summed over micro-batches (extremes: max/min); see CombineMetric
 	GradNorm float64            // global gradient norm before clipping
 	Skipped  bool               // the gradient norm was not finite: no update was applied
 }
@@ -224,37 +207,22 @@ func (t *Trainer) applyGraph(ctx *context.Context, in []*Node, withAccumulators 
 func (t *Trainer) Step(microBatches []map[string]*tensors.Tensor) (StepResult, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if len(microBatches) == 0 {
-		return StepResult{}, fmt.Errorf("train step: no micro-batches")
-	}
-	for i, mb := range microBatches {
-		keys := slices.Sorted(maps.Keys(mb))
-		if t.keys == nil {
-			t.keys = keys
-		}
-		if !slices.Equal(keys, t.keys) {
-			return StepResult{}, fmt.Errorf("train step: micro-batch %d has keys %v, the trainer was compiled for %v", i, keys, t.keys)
-		}
+	args, err := MicroBatchArgs(&t.keys, microBatches)
+	if err != nil {
+		return StepResult{}, fmt.Errorf("train step: %w", err)
 	}
 	res := StepResult{Step: t.step, LR: t.cfg.Schedule.LR(t.step), Metrics: map[string]float64{}}
 	bc1, bc2 := t.cfg.AdamW.biasCorrections(t.adamSteps + 1)
-	args := func(mb map[string]*tensors.Tensor) []any {
-		a := make([]any, 0, len(t.keys))
-		for _, k := range t.keys {
-			a = append(a, mb[k])
-		}
-		return a
-	}
 	seen := false
 	addMetrics := func(vals []*tensors.Tensor) {
 		for i, n := range t.metrics {
-			res.Metrics[n] = combineMetric(n, res.Metrics[n], tensors.ToScalar[float64](vals[i]), !seen)
+			res.Metrics[n] = CombineMetric(n, res.Metrics[n], tensors.ToScalar[float64](vals[i]), !seen)
 		}
 		seen = true
 	}
 	last := len(microBatches) - 1
-	for i, mb := range microBatches[:last] {
-		out, err := t.accumulate.Exec(args(mb)...)
+	for i := range last {
+		out, err := t.accumulate.Exec(args[i]...)
 		if err != nil {
 			t.resetAccumulators()
 			return StepResult{}, fmt.Errorf("train step, micro-batch %d: %w", i, err)
@@ -267,7 +235,7 @@ func (t *Trainer) Step(microBatches []map[string]*tensors.Tensor) (StepResult, e
 		exec = t.applyAccumulated
 	}
 	in := []any{float32(res.LR), float32(bc1), float32(bc2)}
-	out, err := exec.Exec(append(in, args(microBatches[last])...)...)
+	out, err := exec.Exec(append(in, args[last]...)...)
 	if err != nil {
 		t.resetAccumulators()
 		return StepResult{}, fmt.Errorf("train step, micro-batch %d: %w", last, err)

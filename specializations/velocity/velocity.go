@@ -135,7 +135,7 @@ type StepResult struct {
 	LR       float64            // the learning rate of the step
 	GradNorm float64            // global gradient norm before clipping
 	Skipped  bool               // the norm was not finite: the weights and moments were left as they were
-	Metrics  map[string]float64 // sum over micro-batches (contributions of one mini-batch)
+	Metrics  map[string]float64 // summed over micro-batches (extremes: max/min); see runtime.CombineMetric
 }
 
 // Trainer takes Adam steps on a velocity model, summing the gradients of the micro-batches
@@ -276,35 +276,22 @@ func (t *Trainer) Steps() int {
 func (t *Trainer) Step(microBatches []map[string]*tensors.Tensor) (StepResult, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if len(microBatches) == 0 {
-		return StepResult{}, fmt.Errorf("velocity train step: no micro-batches")
-	}
-	for i, mb := range microBatches {
-		keys := slices.Sorted(maps.Keys(mb))
-		if t.keys == nil {
-			t.keys = keys
-		}
-		if !slices.Equal(keys, t.keys) {
-			return StepResult{}, fmt.Errorf("velocity train step: micro-batch %d has keys %v, want %v", i, keys, t.keys)
-		}
+	args, err := runtime.MicroBatchArgs(&t.keys, microBatches)
+	if err != nil {
+		return StepResult{}, fmt.Errorf("velocity train step: %w", err)
 	}
 	res := StepResult{LR: t.opt.LR, Metrics: map[string]float64{}}
-	args := func(mb map[string]*tensors.Tensor) []any {
-		a := make([]any, len(t.keys))
-		for i, k := range t.keys {
-			a[i] = mb[k]
-		}
-		return a
-	}
+	seen := false
 	collect := func(out []*tensors.Tensor) {
 		res.Loss += tensors.ToScalar[float64](out[0])
 		for i, n := range t.metrics {
-			res.Metrics[n] += tensors.ToScalar[float64](out[i+1])
+			res.Metrics[n] = runtime.CombineMetric(n, res.Metrics[n], tensors.ToScalar[float64](out[i+1]), !seen)
 		}
+		seen = true
 	}
 	last := len(microBatches) - 1
-	for i, mb := range microBatches[:last] {
-		out, err := t.accExec.Exec(args(mb)...)
+	for i := range last {
+		out, err := t.accExec.Exec(args[i]...)
 		if err != nil {
 			return StepResult{}, fmt.Errorf("velocity train step, micro-batch %d: %w", i, err)
 		}
@@ -312,7 +299,7 @@ func (t *Trainer) Step(microBatches []map[string]*tensors.Tensor) (StepResult, e
 	}
 	k := float64(t.steps + 1)
 	stepSize := t.opt.LR * math.Sqrt(1-math.Pow(t.opt.Beta2, k)) / (1 - math.Pow(t.opt.Beta1, k))
-	out, err := t.apply.Exec(append([]any{float32(stepSize)}, args(microBatches[last])...)...)
+	out, err := t.apply.Exec(append([]any{float32(stepSize)}, args[last]...)...)
 	if err != nil {
 		return StepResult{}, fmt.Errorf("velocity train step, micro-batch %d: %w", last, err)
 	}
