@@ -134,11 +134,8 @@ func (a *Actor) ComputeAdvantages(data *estimators.Rollout) ([]string, error) {
 // PrepareBatch reads tokens, loss_mask, rewards (through the estimator, unless the rollout
 // already holds advantages), sampler_log_probs, ref_log_probs (KL) and values (GAE).
 func (a *Actor) PrepareBatch(data *estimators.Rollout, opts BatchOptions) ([]map[string]*tensors.Tensor, error) {
-	if !a.cfg.Role.Trainable {
-		return a.forwardBatches(data, opts, 1)
-	}
-	if err := a.requires(data); err != nil {
-		return nil, err
+	if mbs, done, err := a.frozenOrChecked(data, opts); done {
+		return mbs, err
 	}
 	if _, ok := data.Tok[estimators.KeyAdvantages]; !ok {
 		data = shallowCopy(data)

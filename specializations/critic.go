@@ -29,11 +29,8 @@ func NewCritic(cfg RoleConfig) (*Critic, error) {
 // PrepareBatch reads tokens, loss_mask, rewards and values; returns come from GAE
 // (γ, λ of the knobs) unless the rollout already holds them.
 func (c *Critic) PrepareBatch(data *estimators.Rollout, opts BatchOptions) ([]map[string]*tensors.Tensor, error) {
-	if !c.cfg.Role.Trainable {
-		return c.forwardBatches(data, opts, 1)
-	}
-	if err := c.requires(data); err != nil {
-		return nil, err
+	if mbs, done, err := c.frozenOrChecked(data, opts); done {
+		return mbs, err
 	}
 	if _, ok := data.Tok[estimators.KeyReturns]; !ok {
 		data = shallowCopy(data)

@@ -38,11 +38,8 @@ const (
 
 // PrepareBatch reads tokens, loss_mask, sampler_log_probs and teacher_log_probs.
 func (s *OPD) PrepareBatch(data *estimators.Rollout, opts BatchOptions) ([]map[string]*tensors.Tensor, error) {
-	if !s.cfg.Role.Trainable {
-		return s.forwardBatches(data, opts, 1)
-	}
-	if err := s.requires(data); err != nil {
-		return nil, err
+	if mbs, done, err := s.frozenOrChecked(data, opts); done {
+		return mbs, err
 	}
 	k := s.cfg.Knobs
 	adv, err := loss.OPDAdvantages(tokToFloat64(data.Tok[KeyTeacherLogProbs]), tokToFloat64(data.Tok[KeySamplerLogProbs]),
@@ -107,11 +104,8 @@ func NewGKD(cfg RoleConfig) (*GKD, error) {
 
 // PrepareBatch reads tokens, loss_mask and teacher_logits.
 func (s *GKD) PrepareBatch(data *estimators.Rollout, opts BatchOptions) ([]map[string]*tensors.Tensor, error) {
-	if !s.cfg.Role.Trainable {
-		return s.forwardBatches(data, opts, 1)
-	}
-	if err := s.requires(data); err != nil {
-		return nil, err
+	if mbs, done, err := s.frozenOrChecked(data, opts); done {
+		return mbs, err
 	}
 	return s.lmBatches(data, opts, 1, func(mb map[string]*tensors.Tensor, rows []int) error {
 		mb[KeyTeacherLogits] = shiftedWide(data, KeyTeacherLogits, rows, mb[bTokens].Shape().Dimensions[1])
@@ -159,11 +153,8 @@ func NewDAgger(cfg RoleConfig) (*DAgger, error) {
 
 // PrepareBatch reads tokens, loss_mask and teacher_actions.
 func (s *DAgger) PrepareBatch(data *estimators.Rollout, opts BatchOptions) ([]map[string]*tensors.Tensor, error) {
-	if !s.cfg.Role.Trainable {
-		return s.forwardBatches(data, opts, 1)
-	}
-	if err := s.requires(data); err != nil {
-		return nil, err
+	if mbs, done, err := s.frozenOrChecked(data, opts); done {
+		return mbs, err
 	}
 	return s.lmBatches(data, opts, 1, func(mb map[string]*tensors.Tensor, rows []int) error {
 		mb[bTeacherIDs] = shiftedIDs(data.Tok[KeyTeacherActions], rows, mb[bTokens].Shape().Dimensions[1], opts.Pad)
@@ -215,11 +206,8 @@ func NewAggreVaTe(cfg RoleConfig) (*AggreVaTe, error) {
 
 // PrepareBatch reads tokens, loss_mask and rewards.
 func (s *AggreVaTe) PrepareBatch(data *estimators.Rollout, opts BatchOptions) ([]map[string]*tensors.Tensor, error) {
-	if !s.cfg.Role.Trainable {
-		return s.forwardBatches(data, opts, 1)
-	}
-	if err := s.requires(data); err != nil {
-		return nil, err
+	if mbs, done, err := s.frozenOrChecked(data, opts); done {
+		return mbs, err
 	}
 	K := s.cfg.Knobs.AggrevateCandidates
 	if data.GroupID != nil {
@@ -289,11 +277,8 @@ func NewMixedDaggerOPD(cfg RoleConfig) (*MixedDaggerOPD, error) {
 // PrepareBatch reads tokens, loss_mask, executed_by and teacher_log_probs; β is that of
 // opts.Rollout.
 func (s *MixedDaggerOPD) PrepareBatch(data *estimators.Rollout, opts BatchOptions) ([]map[string]*tensors.Tensor, error) {
-	if !s.cfg.Role.Trainable {
-		return s.forwardBatches(data, opts, 1)
-	}
-	if err := s.requires(data); err != nil {
-		return nil, err
+	if mbs, done, err := s.frozenOrChecked(data, opts); done {
+		return mbs, err
 	}
 	k := s.cfg.Knobs
 	beta, err := loss.BetaAt(loss.BetaSchedule{Start: k.BetaStart, End: k.BetaEnd, DecayRollouts: k.BetaDecayRollouts}, opts.Rollout)

@@ -75,6 +75,20 @@ func (b lmBase) Produce() runtime.OutputFn {
 	}
 }
 
+// frozenOrChecked is the start of every LM PrepareBatch: a frozen role's micro-batches are the
+// forward-only ones, a trainable role's data must hold its required keys. done reports that
+// mbs and err are PrepareBatch's answer (a frozen role, or missing keys).
+func (b lmBase) frozenOrChecked(data *estimators.Rollout, opts BatchOptions) (mbs []map[string]*tensors.Tensor, done bool, err error) {
+	if !b.cfg.Role.Trainable {
+		mbs, err = b.forwardBatches(data, opts, 1)
+		return mbs, true, err
+	}
+	if err := b.requires(data); err != nil {
+		return nil, true, err
+	}
+	return nil, false, nil
+}
+
 // forwardBatches are the micro-batches of a forward-only pass: tokens, targets, loss mask,
 // last-token one-hot. A frozen role's PrepareBatch is exactly this.
 func (b lmBase) forwardBatches(data *estimators.Rollout, opts BatchOptions, unit int) ([]map[string]*tensors.Tensor, error) {

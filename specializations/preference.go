@@ -163,11 +163,8 @@ func NewKTO(cfg RoleConfig) (*KTO, error) {
 
 // PrepareBatch reads tokens, loss_mask, label and ref_log_probs.
 func (s *KTO) PrepareBatch(data *estimators.Rollout, opts BatchOptions) ([]map[string]*tensors.Tensor, error) {
-	if !s.cfg.Role.Trainable {
-		return s.forwardBatches(data, opts, 1)
-	}
-	if err := s.requires(data); err != nil {
-		return nil, err
+	if mbs, done, err := s.frozenOrChecked(data, opts); done {
+		return mbs, err
 	}
 	examples := 0
 	for _, l := range data.Row[KeyLabel] {
