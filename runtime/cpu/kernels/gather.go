@@ -37,27 +37,8 @@ func gather[T any, I Index](dst, operand []T, operandDims []int, indices []I, in
 	iStrides, dStrides, oStrides := rowMajorStrides(ib[:], indicesDims), rowMajorStrides(db[:], dstDims), rowMajorStrides(ob[:], operandDims)
 
 	// The batch axes of indices map, in order, to the dst axes that are not offset axes.
-	var isOffset [64]bool // Ranks are far below 64; the check below panics otherwise.
-	for _, a := range offsetOutputAxes {
-		isOffset[a] = true
-	}
 	var bb [stackRank]axis
-	batch := bb[:0] // n, indices stride, dst stride
-	j := 0
-	for i, n := range indicesDims {
-		if i == indexVectorAxis {
-			continue
-		}
-		for isOffset[j] {
-			j++
-		}
-		batch = append(batch, axis{n, iStrides[i], dStrides[j]})
-		j++
-	}
-	ivStride, ivLen := 0, 1 // With indexVectorAxis == rank the index vector is one implicit element.
-	if indexVectorAxis < len(indicesDims) {
-		ivStride, ivLen = iStrides[indexVectorAxis], indicesDims[indexVectorAxis]
-	}
+	batch, ivStride, ivLen := indexBatchAxes(bb[:0], indicesDims, iStrides, indexVectorAxis, offsetOutputAxes, dStrides)
 	if len(startIndexMap) != ivLen || len(batch)+len(offsetOutputAxes) != len(dstDims) {
 		panic(fmt.Sprintf("kernels.Gather: startIndexMap %s, indices dims %s (index vector axis %d) and dst dims %s are inconsistent",
 			dimsStr(startIndexMap), dimsStr(indicesDims), indexVectorAxis, dimsStr(dstDims)))
@@ -138,4 +119,32 @@ func indexInRange[I Index](v I, hi int) (int, bool) {
 		return 0, false
 	}
 	return int(v), true
+}
+
+// indexBatchAxes lists the batch axes of a gather's or scatter's indices (every axis but the
+// index vector axis) as {size, indices stride, stride in the other array}: they map, in order,
+// to the axes of the other array (gather's dst, scatter's updates) that are not window axes. It
+// also returns the index vector's stride and length (1 when indexVectorAxis == rank: one
+// implicit element). batch is appended to, so callers pass stack storage.
+func indexBatchAxes(batch []axis, indicesDims, iStrides []int, indexVectorAxis int, windowAxes, otherStrides []int) ([]axis, int, int) {
+	var isWindow [64]bool // Ranks are far below 64; the callers' rank checks panic otherwise.
+	for _, a := range windowAxes {
+		isWindow[a] = true
+	}
+	j := 0
+	for i, n := range indicesDims {
+		if i == indexVectorAxis {
+			continue
+		}
+		for isWindow[j] {
+			j++
+		}
+		batch = append(batch, axis{n, iStrides[i], otherStrides[j]})
+		j++
+	}
+	ivStride, ivLen := 0, 1
+	if indexVectorAxis < len(indicesDims) {
+		ivStride, ivLen = iStrides[indexVectorAxis], indicesDims[indexVectorAxis]
+	}
+	return batch, ivStride, ivLen
 }

@@ -54,27 +54,8 @@ func scatter[T Number, I Index](op ReduceOp, operand []T, operandDims []int, ind
 	iStrides, uStrides, oStrides := rowMajorStrides(ib[:], indicesDims), rowMajorStrides(ub[:], updatesDims), rowMajorStrides(ob[:], operandDims)
 
 	// The batch axes of indices map, in order, to the updates axes that are not window axes.
-	var isWindow [64]bool // Ranks are far below 64; rank checks above panic otherwise.
-	for _, a := range updateWindowAxes {
-		isWindow[a] = true
-	}
 	var bb [stackRank]axis
-	batch := bb[:0] // n, indices stride, updates stride
-	j := 0
-	for i, n := range indicesDims {
-		if i == indexVectorAxis {
-			continue
-		}
-		for isWindow[j] {
-			j++
-		}
-		batch = append(batch, axis{n, iStrides[i], uStrides[j]})
-		j++
-	}
-	ivStride, ivLen := 0, 1 // With indexVectorAxis == rank the index vector is one implicit element.
-	if indexVectorAxis < len(indicesDims) {
-		ivStride, ivLen = iStrides[indexVectorAxis], indicesDims[indexVectorAxis]
-	}
+	batch, ivStride, ivLen := indexBatchAxes(bb[:0], indicesDims, iStrides, indexVectorAxis, updateWindowAxes, uStrides)
 	if len(scatterAxesToOperandAxes) != ivLen || len(batch)+len(updateWindowAxes) != len(updatesDims) {
 		panic(fmt.Sprintf("kernels.Scatter: scatterAxesToOperandAxes %s, indices dims %s (index vector axis %d) and updates dims %s are inconsistent",
 			dimsStr(scatterAxesToOperandAxes), dimsStr(indicesDims), indexVectorAxis, dimsStr(updatesDims)))
