@@ -7,6 +7,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/gomlx/gomlx/pkg/core/tensors"
+
 	"stx.dev/stx/engine/rundir"
 	"stx.dev/stx/estimators"
 	"stx.dev/stx/runtime"
@@ -224,35 +226,8 @@ func (l *loop) trainRole(r *role, d *estimators.Rollout, id int) ([]runtime.Step
 			l.rowAdv = rowAdvantages(rd)
 		}
 	}
-	per := l.rowsPerStep()
-	if per <= 0 {
-		per = rd.Len()
-	}
-	var out []runtime.StepResult
-	for lo := 0; lo < rd.Len(); lo += per {
-		hi := min(lo+per, rd.Len())
-		idx := seq(hi - lo)
-		for i := range idx {
-			idx[i] += lo
-		}
-		mb, err := rd.Select(idx)
-		if err != nil {
-			return nil, nil, err
-		}
-		mbs, err := r.spec.PrepareBatch(mb, opts)
-		if err != nil {
-			return nil, nil, fmt.Errorf("role %q: %w", r.name(), err)
-		}
-		res, err := r.trainer.Step(mbs)
-		if err != nil {
-			return nil, nil, fmt.Errorf("role %q step: %w", r.name(), err)
-		}
-		out = append(out, res)
-		if nonFinite(res) != "" {
-			break
-		}
-	}
-	return out, extra, nil
+	out, err := l.stepMiniBatches(r, rd, opts, r.spec.PrepareBatch, r.trainer.Step)
+	return out, extra, err
 }
 
 // trainFlow trains a velocity-model role: Flow-GRPO advantages over the whole
@@ -271,7 +246,20 @@ func (l *loop) trainFlow(r *role, rd *estimators.Rollout, opts specializations.B
 		n := float64(len(adv))
 		extra = map[string]float64{"advantage/mean": s / n, "advantage/std": math.Sqrt(max(ss/n-s*s/n/n, 0))}
 	}
+	out, err := l.stepMiniBatches(r, rd, opts, r.flow.spec.PrepareBatch, r.flow.step)
+	return out, extra, err
+}
+
+// stepMiniBatches cuts rd, in order, into the mini-batches of rowsPerStep rows (all of rd when
+// that is 0), prepares each one's micro-batches with prepare and takes one optimizer step on
+// them with step; it stops after a step whose loss or gradient is not finite.
+func (l *loop) stepMiniBatches(r *role, rd *estimators.Rollout, opts specializations.BatchOptions,
+	prepare func(*estimators.Rollout, specializations.BatchOptions) ([]map[string]*tensors.Tensor, error),
+	step func([]map[string]*tensors.Tensor) (runtime.StepResult, error)) ([]runtime.StepResult, error) {
 	per := l.rowsPerStep()
+	if per <= 0 {
+		per = rd.Len()
+	}
 	var out []runtime.StepResult
 	for lo := 0; lo < rd.Len(); lo += per {
 		idx := seq(min(per, rd.Len()-lo))
@@ -280,22 +268,22 @@ func (l *loop) trainFlow(r *role, rd *estimators.Rollout, opts specializations.B
 		}
 		mb, err := rd.Select(idx)
 		if err != nil {
-			return nil, nil, err
+			return nil, err
 		}
-		mbs, err := r.flow.spec.PrepareBatch(mb, opts)
+		mbs, err := prepare(mb, opts)
 		if err != nil {
-			return nil, nil, fmt.Errorf("role %q: %w", r.name(), err)
+			return nil, fmt.Errorf("role %q: %w", r.name(), err)
 		}
-		res, err := r.flow.step(mbs)
+		res, err := step(mbs)
 		if err != nil {
-			return nil, nil, fmt.Errorf("role %q step: %w", r.name(), err)
+			return nil, fmt.Errorf("role %q step: %w", r.name(), err)
 		}
 		out = append(out, res)
 		if nonFinite(res) != "" {
 			break
 		}
 	}
-	return out, extra, nil
+	return out, nil
 }
 
 // rowAdvantages is each row's advantage for the episode log: the mean over
