@@ -53,22 +53,20 @@ type Event struct {
 	Metrics    map[string]float64 `json:"metrics,omitempty"`
 }
 
-// eventJSON is Event's encoding, with metrics that may be NaN or ±Inf.
+// eventFields is Event without its JSON methods, so that eventJSON can embed it.
+type eventFields Event
+
+// eventJSON is Event's encoding: every field of Event as it is, except Metrics, which may hold
+// NaN or ±Inf (the outer field shadows the embedded one). Embedding keeps a field added to Event
+// from being silently dropped here.
 type eventJSON struct {
-	Time       time.Time            `json:"time"`
-	Type       EventType            `json:"type"`
-	Rollout    int                  `json:"rollout"`
-	Version    int                  `json:"version,omitempty"`
-	Changes    []Change             `json:"changes,omitempty"`
-	Message    string               `json:"message,omitempty"`
-	Checkpoint string               `json:"checkpoint,omitempty"`
-	Metrics    map[string]jsonFloat `json:"metrics,omitempty"`
+	*eventFields
+	Metrics map[string]jsonFloat `json:"metrics,omitempty"`
 }
 
 // MarshalJSON writes non-finite metrics as "NaN", "+Inf" or "-Inf".
 func (e Event) MarshalJSON() ([]byte, error) {
-	j := eventJSON{Time: e.Time, Type: e.Type, Rollout: e.Rollout, Version: e.Version,
-		Changes: e.Changes, Message: e.Message, Checkpoint: e.Checkpoint}
+	j := eventJSON{eventFields: (*eventFields)(&e)}
 	if len(e.Metrics) > 0 {
 		j.Metrics = make(map[string]jsonFloat, len(e.Metrics))
 		for k, v := range e.Metrics {
@@ -80,12 +78,12 @@ func (e Event) MarshalJSON() ([]byte, error) {
 
 // UnmarshalJSON reads what MarshalJSON writes.
 func (e *Event) UnmarshalJSON(data []byte) error {
-	var j eventJSON
+	*e = Event{}
+	j := eventJSON{eventFields: (*eventFields)(e)}
 	if err := json.Unmarshal(data, &j); err != nil {
 		return err
 	}
-	*e = Event{Time: j.Time, Type: j.Type, Rollout: j.Rollout, Version: j.Version,
-		Changes: j.Changes, Message: j.Message, Checkpoint: j.Checkpoint}
+	e.Metrics = nil
 	if j.Metrics != nil {
 		e.Metrics = make(map[string]float64, len(j.Metrics))
 		for k, v := range j.Metrics {
