@@ -1,36 +1,53 @@
 package tokenizer
 
 import (
+	"cmp"
+	"slices"
 	"strings"
 	"unicode"
 	"unicode/utf8"
 )
 
-// BPE is a Hugging Face byte-level BPE tokenizer (GPT-2, Llama-3, Qwen2 and
-// their relatives), built by Load from tokenizer.json. It is immutable after
-// Load and safe for concurrent use.
+// BPE is a Hugging Face BPE tokenizer, built by Load from tokenizer.json:
+// byte-level (GPT-2, Llama-3, Qwen2 and their relatives) or over characters
+// with byte fallback (SentencePiece style: Llama 2, Mistral, Gemma). It is
+// immutable after Load and safe for concurrent use.
 type BPE struct {
 	name string
 
 	vocab  map[string]int32 // model vocabulary
 	tokens []string         // id → text: vocabulary token, or an added token's content
-	// special marks ids Decode skips; added marks added tokens, which decode
-	// to their content.
+	// special marks ids Decode skips; added marks added tokens.
 	special, added []bool
 	merges         map[[2]int32]merge
 
-	byteToRune [256]rune
-	runeToByte map[rune]byte
-	byteID     [256]int32 // id of each byte's single-character token
+	// byteLevel: pieces are spelled in GPT-2's byte alphabet (byteToRune);
+	// otherwise they are spelled in characters (charID), a character outside
+	// the vocabulary falling back to its bytes' <0xNN> tokens or to unk.
+	byteLevel    bool
+	byteToRune   [256]rune
+	runeToByte   map[rune]byte
+	byteID       [256]int32 // id of each byte's single-character token
+	charID       map[rune]int32
+	byteFallback bool
+	fallbackID   [256]int32 // id of <0xNN>, or -1
+	unk          int32
+	fuseUnk      bool
 
 	normalizers []func(string) string
 	steps       []preStep
-	// addedByFirst lists the added tokens by the first byte of their content,
-	// longest first, for leftmost-longest matching.
-	addedByFirst [256][]*addedToken
-	ignoreMerges bool
+	decoders    []decodeStep
+	// plainDecoder: the decoder is ByteLevel alone or absent, which Decode
+	// handles without building the token list.
+	plainDecoder bool
+	post         []int32 // EncodeSpecial's template: ids, and −1 where the text goes; nil: none
+	// rawAdded are the added tokens matched in the raw text, normAdded those
+	// matched in the normalized text (Hugging Face's "normalized" flag).
+	rawAdded, normAdded addedSet
+	ignoreMerges        bool
 
 	bos, eos, pad int32
+	stops         []int32
 }
 
 // merge is the result of merging an adjacent pair: its priority and new id.
@@ -47,36 +64,85 @@ type addedToken struct {
 	lstrip, rstrip bool
 }
 
-// preStep is one pre-tokenizer: a Split, or the byte-level step, which adds
-// the prefix space and applies the GPT-2 split if use_regex (else split is nil).
+// addedSet lists added tokens by the first byte of their content, longest
+// first, for leftmost-longest matching.
+type addedSet struct {
+	byFirst [256][]*addedToken
+	n       int
+}
+
+func (s *addedSet) sort() {
+	s.n = 0
+	for i := range s.byFirst {
+		slices.SortStableFunc(s.byFirst[i], func(a, b *addedToken) int {
+			return cmp.Compare(len(b.content), len(a.content))
+		})
+		s.n += len(s.byFirst[i])
+	}
+}
+
+// preStep is one pre-tokenizer: a Split, Metaspace, or the byte-level step,
+// which adds the prefix space and applies the GPT-2 split if use_regex (else
+// split is nil).
 type preStep struct {
 	split       *splitRegex
-	keepMatches bool // Split's behaviour: Isolated (true) or Removed
+	behavior    behavior
 	byteLevel   bool
 	prefixSpace bool
+	metaspace   *metaspace
 }
 
 // Encode tokenizes text: added tokens found literally in the text become
 // their ids; the text between them is normalized, pre-tokenized and encoded
-// with BPE. No BOS or EOS is added.
+// with BPE. No BOS or EOS is added (see EncodeSpecial).
 func (t *BPE) Encode(text string) []int32 {
 	ids := make([]int32, 0, len(text)/3+1)
 	var sc scratch
 	emit := func(piece string) { ids = t.bpe(piece, ids, &sc) }
-	t.eachSegment(text, func(plain string, id int32) {
+	t.rawAdded.each(text, func(raw string, start int, id int32) {
 		if id >= 0 {
 			ids = append(ids, id)
 			return
 		}
 		for _, n := range t.normalizers {
-			plain = n(plain)
+			raw = n(raw)
 		}
-		t.preTokenize(plain, emit)
+		if t.normAdded.n == 0 {
+			t.preTokenize(raw, start == 0, emit)
+			return
+		}
+		t.normAdded.each(raw, func(plain string, sub int, id int32) {
+			if id >= 0 {
+				ids = append(ids, id)
+				return
+			}
+			t.preTokenize(plain, start == 0 && sub == 0, emit)
+		})
 	})
 	if len(ids) == 0 {
 		return nil
 	}
 	return ids
+}
+
+// EncodeSpecial tokenizes text like Encode and adds the special tokens of
+// tokenizer.json's post-processor template (e.g. Llama's BOS), as Hugging
+// Face's encode with add_special_tokens does. Chat prompts rendered from a
+// template already spell their special tokens: encode those with Encode.
+func (t *BPE) EncodeSpecial(text string) []int32 {
+	ids := t.Encode(text)
+	if t.post == nil {
+		return ids
+	}
+	out := make([]int32, 0, len(ids)+len(t.post))
+	for _, id := range t.post {
+		if id < 0 {
+			out = append(out, ids...)
+		} else {
+			out = append(out, id)
+		}
+	}
+	return out
 }
 
 // scratch holds buffers that one Encode call reuses from piece to piece.
@@ -86,25 +152,32 @@ type scratch struct {
 	queue  mergeQueue
 }
 
-// eachSegment calls fn for each added token (id ≥ 0) and each stretch of
-// plain text between them (id = −1), in order. Matches are leftmost-longest,
-// as Hugging Face's Aho-Corasick matcher finds them.
-func (t *BPE) eachSegment(text string, fn func(plain string, id int32)) {
+// each calls fn for each added token of s (id ≥ 0) and each stretch of
+// plain text between them (id = −1, start its byte offset in text), in order.
+// Matches are leftmost-longest, as Hugging Face's Aho-Corasick matcher finds
+// them.
+func (s *addedSet) each(text string, fn func(plain string, start int, id int32)) {
+	if s.n == 0 {
+		if text != "" {
+			fn(text, 0, -1)
+		}
+		return
+	}
 	plainStart := 0
 	for i := 0; i < len(text); {
-		a := t.addedAt(text, i)
+		a := s.at(text, i)
 		if a == nil {
 			i++
 			continue
 		}
-		s, e := i, i+len(a.content)
+		st, e := i, i+len(a.content)
 		if a.lstrip {
-			for s > plainStart {
-				r, w := utf8.DecodeLastRuneInString(text[plainStart:s])
+			for st > plainStart {
+				r, w := utf8.DecodeLastRuneInString(text[plainStart:st])
 				if !unicode.IsSpace(r) {
 					break
 				}
-				s -= w
+				st -= w
 			}
 		}
 		if a.rstrip {
@@ -116,20 +189,20 @@ func (t *BPE) eachSegment(text string, fn func(plain string, id int32)) {
 				e += w
 			}
 		}
-		if s > plainStart {
-			fn(text[plainStart:s], -1)
+		if st > plainStart {
+			fn(text[plainStart:st], plainStart, -1)
 		}
-		fn("", a.id)
+		fn("", st, a.id)
 		plainStart, i = e, e
 	}
 	if plainStart < len(text) {
-		fn(text[plainStart:], -1)
+		fn(text[plainStart:], plainStart, -1)
 	}
 }
 
-// addedAt returns the longest added token that matches text at i, or nil.
-func (t *BPE) addedAt(text string, i int) *addedToken {
-	for _, a := range t.addedByFirst[text[i]] {
+// at returns the longest added token that matches text at i, or nil.
+func (s *addedSet) at(text string, i int) *addedToken {
+	for _, a := range s.byFirst[text[i]] {
 		if !strings.HasPrefix(text[i:], a.content) {
 			continue
 		}
@@ -152,29 +225,46 @@ func (t *BPE) addedAt(text string, i int) *addedToken {
 func isAlnum(r rune) bool { return unicode.IsLetter(r) || unicode.IsNumber(r) }
 
 // preTokenize applies the pre-tokenizer steps in order and calls emit for
-// each resulting piece. The pieces are raw text: the byte-level step (always
-// the last) splits and adds the prefix space, and bpe then reads each byte as
-// its byte-level character.
-func (t *BPE) preTokenize(text string, emit func(piece string)) {
-	t.applySteps(0, text, emit)
+// each resulting piece. first says whether text starts the input (for
+// Metaspace's prepend_scheme "first"). In byte-level mode the pieces are raw
+// text: the byte-level step (always the last) splits and adds the prefix
+// space, and bpe then reads each byte as its byte-level character.
+func (t *BPE) preTokenize(text string, first bool, emit func(piece string)) {
+	if text == "" {
+		return
+	}
+	t.applySteps(0, text, first, emit)
 }
 
-func (t *BPE) applySteps(i int, p string, emit func(string)) {
+func (t *BPE) applySteps(i int, p string, first bool, emit func(string)) {
 	if i == len(t.steps) {
 		emit(p)
 		return
 	}
 	st := &t.steps[i]
-	if st.byteLevel {
+	switch {
+	case st.byteLevel:
 		if st.prefixSpace && !strings.HasPrefix(p, " ") {
 			p = " " + p
 		}
 		if st.split == nil {
-			t.applySteps(i+1, p, emit)
+			t.applySteps(i+1, p, first, emit)
 			return
 		}
+		st.split.each(p, false, func(q string) { t.applySteps(i+1, q, first, emit) })
+	case st.metaspace != nil:
+		n := 0
+		st.metaspace.each(p, first, func(q string) {
+			t.applySteps(i+1, q, first && n == 0, emit)
+			n++
+		})
+	default:
+		n := 0
+		st.split.pieces(p, st.behavior, func(q string) {
+			t.applySteps(i+1, q, first && n == 0, emit)
+			n++
+		})
 	}
-	st.split.each(p, !st.byteLevel && !st.keepMatches, func(q string) { t.applySteps(i+1, q, emit) })
 }
 
 // bpe appends the ids of one pre-tokenized piece of raw text to ids.
@@ -182,7 +272,7 @@ func (t *BPE) bpe(piece string, ids []int32, sc *scratch) []int32 {
 	if piece == "" {
 		return ids
 	}
-	if t.ignoreMerges {
+	if t.ignoreMerges && t.byteLevel {
 		// The whole piece, spelled in byte-level characters, may be a token.
 		sc.mapped = sc.mapped[:0]
 		for i := 0; i < len(piece); i++ {
@@ -192,11 +282,26 @@ func (t *BPE) bpe(piece string, ids []int32, sc *scratch) []int32 {
 			return append(ids, id)
 		}
 	}
-	// Symbols start as the single bytes, each of which Load found in the
-	// vocabulary.
 	syms := sc.syms[:0]
-	for i := 0; i < len(piece); i++ {
-		syms = append(syms, symbol{id: t.byteID[piece[i]], prev: i - 1, next: i + 1})
+	if t.byteLevel {
+		// Symbols start as the single bytes, each of which Load found in the
+		// vocabulary.
+		for i := 0; i < len(piece); i++ {
+			syms = append(syms, symbol{id: t.byteID[piece[i]]})
+		}
+	} else {
+		if t.ignoreMerges {
+			if id, ok := t.vocab[piece]; ok {
+				return append(ids, id)
+			}
+		}
+		syms = t.charSymbols(piece, syms)
+		if len(syms) == 0 {
+			return ids
+		}
+	}
+	for i := range syms {
+		syms[i].prev, syms[i].next = i-1, i+1
 	}
 	syms[len(syms)-1].next = -1
 	sc.syms = syms
@@ -306,15 +411,32 @@ func (q *mergeQueue) pop() candidate {
 }
 
 // Decode joins the tokens of ids, skipping special tokens and unknown ids.
-// Vocabulary tokens are mapped back from byte-level characters to bytes (a
-// token with a character outside that alphabet is taken as its UTF-8 text,
-// as Hugging Face's decoder does); added tokens decode to their content. The
-// bytes are returned as they are: an incomplete UTF-8 sequence, as at the
-// end of a partial generation, is kept, not replaced by U+FFFD.
-func (t *BPE) Decode(ids []int32) string {
+// In byte-level mode vocabulary tokens are mapped back from byte-level
+// characters to bytes (a token with a character outside that alphabet is
+// taken as its UTF-8 text, as Hugging Face's decoder does) and added tokens
+// decode to their content; otherwise the tokens go through tokenizer.json's
+// decoder (Replace, ByteFallback, Fuse, Strip, Metaspace). The bytes are
+// returned as they are: an incomplete UTF-8 sequence, as at the end of a
+// partial generation, is kept, not replaced by U+FFFD.
+func (t *BPE) Decode(ids []int32) string { return t.decode(ids, true) }
+
+// DecodeSpecial is Decode that keeps special tokens (as their text).
+func (t *BPE) DecodeSpecial(ids []int32) string { return t.decode(ids, false) }
+
+func (t *BPE) decode(ids []int32, skipSpecial bool) string {
+	if !t.byteLevel || !t.plainDecoder {
+		toks := make([]string, 0, len(ids))
+		for _, id := range ids {
+			if id < 0 || int(id) >= len(t.tokens) || (skipSpecial && t.special[id]) {
+				continue
+			}
+			toks = append(toks, t.tokens[id])
+		}
+		return t.runDecoders(toks)
+	}
 	var out []byte
 	for _, id := range ids {
-		if id < 0 || int(id) >= len(t.tokens) || t.special[id] {
+		if id < 0 || int(id) >= len(t.tokens) || (skipSpecial && t.special[id]) {
 			continue
 		}
 		tok := t.tokens[id]

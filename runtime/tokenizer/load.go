@@ -2,7 +2,6 @@ package tokenizer
 
 import (
 	"bytes"
-	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -11,19 +10,21 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"unicode"
+	"unicode/utf8"
 
 	"golang.org/x/text/unicode/norm"
 )
 
 // tokenizerFile is the part of tokenizer.json that encoding and decoding use.
-// truncation, padding and post_processor are left out: Encode adds no
-// special tokens and never truncates or pads.
+// truncation and padding are left out: encoding never truncates or pads.
 type tokenizerFile struct {
-	AddedTokens  []addedTokenJSON `json:"added_tokens"`
-	Normalizer   json.RawMessage  `json:"normalizer"`
-	PreTokenizer json.RawMessage  `json:"pre_tokenizer"`
-	Decoder      json.RawMessage  `json:"decoder"`
-	Model        modelJSON        `json:"model"`
+	AddedTokens   []addedTokenJSON `json:"added_tokens"`
+	Normalizer    json.RawMessage  `json:"normalizer"`
+	PreTokenizer  json.RawMessage  `json:"pre_tokenizer"`
+	PostProcessor json.RawMessage  `json:"post_processor"`
+	Decoder       json.RawMessage  `json:"decoder"`
+	Model         modelJSON        `json:"model"`
 }
 
 type addedTokenJSON struct {
@@ -33,6 +34,9 @@ type addedTokenJSON struct {
 	LStrip     bool   `json:"lstrip"`
 	RStrip     bool   `json:"rstrip"`
 	Special    bool   `json:"special"`
+	// Normalized tokens are matched in the normalized text; Hugging Face
+	// defaults it to true for non-special tokens.
+	Normalized *bool `json:"normalized"`
 }
 
 type modelJSON struct {
@@ -44,6 +48,8 @@ type modelJSON struct {
 	EndOfWordSuffix         *string           `json:"end_of_word_suffix"`
 	ByteFallback            bool              `json:"byte_fallback"`
 	IgnoreMerges            bool              `json:"ignore_merges"`
+	UnkToken                *string           `json:"unk_token"`
+	FuseUnk                 bool              `json:"fuse_unk"`
 }
 
 // typed reads the "type" of a tokenizer.json component.
@@ -51,21 +57,30 @@ type typed struct {
 	Type string `json:"type"`
 }
 
-// Load reads dir/tokenizer.json (and dir/tokenizer_config.json, if present,
-// for bos_token, eos_token and pad_token) and returns its tokenizer.
+// Load reads dir/tokenizer.json (and, if present, dir/tokenizer_config.json
+// for bos_token, eos_token and pad_token, and dir/generation_config.json and
+// dir/config.json for the eos_token_id of the stop set) and returns its
+// tokenizer.
 //
-// Supported: model BPE over the GPT-2 byte-level alphabet (all 256 byte
-// characters must be in the vocab; merges as "a b" strings or [a, b] pairs;
-// ignore_merges); added_tokens with special, single_word, lstrip and rstrip,
-// all matched on the raw text before normalization; normalizers NFC, NFD,
-// NFKC, NFKD, Lowercase and Sequence of them; pre-tokenizers Split (Regex or
-// String pattern, behaviour Isolated or Removed, not inverted) and ByteLevel
-// (add_prefix_space, use_regex), ByteLevel once and last, and Sequence of
-// them; decoder ByteLevel. Split patterns are translated to Go's regexp (see
-// regex.go); the GPT-2, Llama-3 and Qwen2 patterns use exact hand-written
-// scanners (scan.go). truncation, padding and post_processor are ignored.
-// Anything else (WordPiece, Unigram, Metaspace, byte_fallback, BPE dropout,
-// other normalizers, look-behind in patterns, ...) is an error naming it.
+// Supported: model BPE, either over the GPT-2 byte-level alphabet (with a
+// ByteLevel pre-tokenizer; all 256 byte characters must be in the vocab) or
+// over characters, SentencePiece style (Llama 2, Mistral, Gemma: no ByteLevel
+// step; byte_fallback to <0xNN> tokens, unk_token, fuse_unk); merges as
+// "a b" strings or [a, b] pairs; ignore_merges. added_tokens with special,
+// normalized, single_word, lstrip and rstrip. Normalizers NFC, NFD, NFKC,
+// NFKD, Lowercase, Prepend, Replace (String pattern), Strip and Sequence of
+// them. Pre-tokenizers Split (Regex or String pattern; behaviour Isolated,
+// Removed, MergedWithPrevious, MergedWithNext or Contiguous; not inverted),
+// ByteLevel (add_prefix_space, use_regex; once and last), Metaspace
+// (replacement, prepend_scheme or add_prefix_space, split) and Sequence of
+// them. Decoders ByteLevel, Metaspace, Replace (String pattern),
+// ByteFallback, Fuse, Strip and Sequence of them. Post-processors
+// TemplateProcessing (its "single" template), ByteLevel and Sequence of
+// them, applied by EncodeSpecial. Split patterns are translated to Go's
+// regexp (see regex.go); the GPT-2, Llama-3 and Qwen2 patterns use exact
+// hand-written scanners (scan.go). Anything else (WordPiece, Unigram, BPE
+// dropout, Precompiled normalizers, look-behind in patterns, ...) is an error
+// naming it.
 func Load(dir string) (*BPE, error) {
 	path := filepath.Join(dir, "tokenizer.json")
 	raw, err := os.ReadFile(path)
@@ -84,6 +99,9 @@ func Load(dir string) (*BPE, error) {
 	if err := t.loadSpecials(filepath.Join(dir, "tokenizer_config.json")); err != nil {
 		return nil, fmt.Errorf("tokenizer: %w", err)
 	}
+	if err := t.loadStops(dir); err != nil {
+		return nil, fmt.Errorf("tokenizer: %w", err)
+	}
 	return t, nil
 }
 
@@ -92,17 +110,15 @@ func build(f *tokenizerFile) (*BPE, error) {
 	m := &f.Model
 	switch {
 	case m.Type != "BPE" && !(m.Type == "" && m.Vocab != nil):
-		return nil, fmt.Errorf("model type %q is not supported (only byte-level BPE)", m.Type)
+		return nil, fmt.Errorf("model type %q is not supported (only BPE)", m.Type)
 	case m.Dropout != nil && *m.Dropout != 0:
 		return nil, fmt.Errorf("BPE dropout %g is not supported", *m.Dropout)
 	case m.ContinuingSubwordPrefix != nil && *m.ContinuingSubwordPrefix != "":
 		return nil, fmt.Errorf("continuing_subword_prefix is not supported")
 	case m.EndOfWordSuffix != nil && *m.EndOfWordSuffix != "":
 		return nil, fmt.Errorf("end_of_word_suffix is not supported")
-	case m.ByteFallback:
-		return nil, fmt.Errorf("byte_fallback is not supported (byte-level BPE needs none)")
 	}
-	t := &BPE{vocab: m.Vocab, ignoreMerges: m.IgnoreMerges, bos: -1, eos: -1, pad: -1}
+	t := &BPE{vocab: m.Vocab, ignoreMerges: m.IgnoreMerges, bos: -1, eos: -1, pad: -1, unk: -1, fuseUnk: m.FuseUnk}
 
 	// id → text tables over the vocabulary and the added tokens.
 	size := int32(0)
@@ -137,24 +153,83 @@ func build(f *tokenizerFile) (*BPE, error) {
 		t.tokens[id], t.added[id], t.special[id] = a.Content, true, a.Special
 		at := &addedToken{id: id, content: a.Content, singleWord: a.SingleWord, lstrip: a.LStrip, rstrip: a.RStrip}
 		first := a.Content[0]
-		t.addedByFirst[first] = append(t.addedByFirst[first], at)
+		if normalized := !a.Special; (a.Normalized == nil && normalized) || (a.Normalized != nil && *a.Normalized) {
+			t.normAdded.byFirst[first] = append(t.normAdded.byFirst[first], at)
+		} else {
+			t.rawAdded.byFirst[first] = append(t.rawAdded.byFirst[first], at)
+		}
 	}
-	for i := range t.addedByFirst {
-		slices.SortStableFunc(t.addedByFirst[i], func(a, b *addedToken) int {
-			return cmp.Compare(len(b.content), len(a.content))
-		})
+	t.rawAdded.sort()
+	t.normAdded.sort()
+
+	var err error
+	if t.normalizers, err = parseNormalizer(f.Normalizer); err != nil {
+		return nil, fmt.Errorf("normalizer: %w", err)
+	}
+	if t.steps, err = parsePreTokenizer(f.PreTokenizer); err != nil {
+		return nil, fmt.Errorf("pre_tokenizer: %w", err)
+	}
+	if t.post, err = parsePostProcessor(f.PostProcessor, t); err != nil {
+		return nil, fmt.Errorf("post_processor: %w", err)
+	}
+	// A ByteLevel pre-tokenizer step makes the model byte-level; without one
+	// the model works on characters (SentencePiece style).
+	nByteLevel := 0
+	for _, st := range t.steps {
+		if st.byteLevel {
+			nByteLevel++
+		}
+	}
+	t.byteLevel = nByteLevel > 0
+	if t.byteLevel && (nByteLevel != 1 || !t.steps[len(t.steps)-1].byteLevel) {
+		return nil, fmt.Errorf("pre_tokenizer: exactly one ByteLevel step, last, is supported")
+	}
+	if t.decoders, err = parseDecoder(f.Decoder); err != nil {
+		return nil, fmt.Errorf("decoder: %w", err)
+	}
+	var d typed
+	_ = json.Unmarshal(f.Decoder, &d)
+	t.plainDecoder = isNull(f.Decoder) || d.Type == "ByteLevel"
+	if !t.byteLevel && d.Type == "ByteLevel" {
+		return nil, fmt.Errorf("decoder: ByteLevel needs a ByteLevel pre-tokenizer step")
+	}
+	if m.UnkToken != nil && *m.UnkToken != "" {
+		id, ok := m.Vocab[*m.UnkToken]
+		if !ok {
+			return nil, fmt.Errorf("model: unk_token %q is not in the vocab", *m.UnkToken)
+		}
+		t.unk = id
 	}
 
-	// The byte-level alphabet must be complete, so that any text encodes.
-	t.byteToRune = gpt2ByteToRune()
-	t.runeToByte = make(map[rune]byte, 256)
-	for b, r := range t.byteToRune {
-		t.runeToByte[r] = byte(b)
-		id, ok := m.Vocab[string(r)]
-		if !ok {
-			return nil, fmt.Errorf("vocab lacks the byte-level token %q for byte %#02x", string(r), b)
+	if t.byteLevel {
+		if m.ByteFallback {
+			return nil, fmt.Errorf("byte_fallback with a ByteLevel pre-tokenizer is not supported (byte-level BPE needs none)")
 		}
-		t.byteID[b] = id
+		// The byte-level alphabet must be complete, so that any text encodes.
+		t.byteToRune = gpt2ByteToRune()
+		t.runeToByte = make(map[rune]byte, 256)
+		for b, r := range t.byteToRune {
+			t.runeToByte[r] = byte(b)
+			id, ok := m.Vocab[string(r)]
+			if !ok {
+				return nil, fmt.Errorf("vocab lacks the byte-level token %q for byte %#02x", string(r), b)
+			}
+			t.byteID[b] = id
+		}
+	} else {
+		t.charID = make(map[rune]int32)
+		for tok, id := range m.Vocab {
+			if r, w := utf8.DecodeRuneInString(tok); w == len(tok) && r != utf8.RuneError {
+				t.charID[r] = id
+			}
+		}
+		t.byteFallback = m.ByteFallback
+		for b := range 256 {
+			t.fallbackID[b] = -1
+			if id, ok := m.Vocab[fmt.Sprintf("<0x%02X>", b)]; ok {
+				t.fallbackID[b] = id
+			}
+		}
 	}
 
 	t.merges = make(map[[2]int32]merge, len(m.Merges))
@@ -171,23 +246,6 @@ func build(f *tokenizerFile) (*BPE, error) {
 		}
 		// A repeated pair keeps its last rank, as Hugging Face's map does.
 		t.merges[[2]int32{ia, ib}] = merge{rank: int32(rank), id: id}
-	}
-
-	var err error
-	if t.normalizers, err = parseNormalizer(f.Normalizer); err != nil {
-		return nil, fmt.Errorf("normalizer: %w", err)
-	}
-	if t.steps, err = parsePreTokenizer(f.PreTokenizer); err != nil {
-		return nil, fmt.Errorf("pre_tokenizer: %w", err)
-	}
-	if n := len(t.steps); n == 0 || !t.steps[n-1].byteLevel || slices.IndexFunc(t.steps, func(s preStep) bool { return s.byteLevel }) != n-1 {
-		return nil, fmt.Errorf("pre_tokenizer: exactly one ByteLevel step, last, is required")
-	}
-	if !isNull(f.Decoder) {
-		var d typed
-		if err := json.Unmarshal(f.Decoder, &d); err != nil || d.Type != "ByteLevel" {
-			return nil, fmt.Errorf("decoder %s is not supported (only ByteLevel)", f.Decoder)
-		}
 	}
 	return t, nil
 }
@@ -221,6 +279,11 @@ func parseNormalizer(raw json.RawMessage) ([]func(string) string, error) {
 	var n struct {
 		Type        string            `json:"type"`
 		Normalizers []json.RawMessage `json:"normalizers"`
+		Prepend     string            `json:"prepend"`
+		Pattern     map[string]string `json:"pattern"`
+		Content     string            `json:"content"`
+		StripLeft   bool              `json:"strip_left"`
+		StripRight  bool              `json:"strip_right"`
 	}
 	if err := json.Unmarshal(raw, &n); err != nil {
 		return nil, err
@@ -236,6 +299,30 @@ func parseNormalizer(raw json.RawMessage) ([]func(string) string, error) {
 		return []func(string) string{norm.NFKD.String}, nil
 	case "Lowercase":
 		return []func(string) string{strings.ToLower}, nil
+	case "Prepend":
+		// Hugging Face prepends to non-empty text only.
+		return []func(string) string{func(s string) string {
+			if s == "" {
+				return s
+			}
+			return n.Prepend + s
+		}}, nil
+	case "Replace":
+		from, ok := n.Pattern["String"]
+		if !ok || from == "" {
+			return nil, fmt.Errorf("a Replace pattern %v is not supported (only a non-empty String)", n.Pattern)
+		}
+		return []func(string) string{func(s string) string { return strings.ReplaceAll(s, from, n.Content) }}, nil
+	case "Strip":
+		return []func(string) string{func(s string) string {
+			if n.StripLeft {
+				s = strings.TrimLeftFunc(s, unicode.IsSpace)
+			}
+			if n.StripRight {
+				s = strings.TrimRightFunc(s, unicode.IsSpace)
+			}
+			return s
+		}}, nil
 	case "Sequence":
 		var out []func(string) string
 		for _, sub := range n.Normalizers {
@@ -261,8 +348,11 @@ func parsePreTokenizer(raw json.RawMessage) ([]preStep, error) {
 		Pattern        map[string]string `json:"pattern"`
 		Behavior       string            `json:"behavior"`
 		Invert         bool              `json:"invert"`
-		AddPrefixSpace bool              `json:"add_prefix_space"`
+		AddPrefixSpace *bool             `json:"add_prefix_space"`
 		UseRegex       *bool             `json:"use_regex"`
+		Replacement    string            `json:"replacement"`
+		PrependScheme  string            `json:"prepend_scheme"`
+		Split          *bool             `json:"split"`
 	}
 	if err := json.Unmarshal(raw, &p); err != nil {
 		return nil, err
@@ -279,7 +369,7 @@ func parsePreTokenizer(raw json.RawMessage) ([]preStep, error) {
 		}
 		return out, nil
 	case "ByteLevel":
-		st := preStep{byteLevel: true, prefixSpace: p.AddPrefixSpace}
+		st := preStep{byteLevel: true, prefixSpace: p.AddPrefixSpace != nil && *p.AddPrefixSpace}
 		if p.UseRegex == nil || *p.UseRegex { // use_regex defaults to true
 			re, err := compileSplit(gpt2Pattern)
 			if err != nil {
@@ -304,13 +394,17 @@ func parsePreTokenizer(raw json.RawMessage) ([]preStep, error) {
 		if err != nil {
 			return nil, err
 		}
-		switch p.Behavior {
-		case "Isolated":
-			return []preStep{{split: re, keepMatches: true}}, nil
-		case "Removed":
-			return []preStep{{split: re, keepMatches: false}}, nil
+		b, ok := behaviors[p.Behavior]
+		if !ok {
+			return nil, fmt.Errorf("a Split behavior %q is not supported (Isolated, Removed, MergedWithPrevious, MergedWithNext, Contiguous)", p.Behavior)
 		}
-		return nil, fmt.Errorf("a Split behavior %q is not supported (Isolated, Removed)", p.Behavior)
+		return []preStep{{split: re, behavior: b}}, nil
+	case "Metaspace":
+		ms, err := newMetaspace(p.Replacement, p.PrependScheme, p.AddPrefixSpace, p.Split)
+		if err != nil {
+			return nil, err
+		}
+		return []preStep{{metaspace: ms}}, nil
 	}
 	return nil, fmt.Errorf("type %q is not supported", p.Type)
 }
@@ -405,3 +499,63 @@ func (t *BPE) idOf(text string) (int32, bool) {
 	id, ok := t.vocab[text]
 	return id, ok
 }
+
+// loadStops sets the stop set: the eos_token of tokenizer_config.json and the
+// eos_token_id (an id or a list of ids) of generation_config.json and
+// config.json, when those files exist. Instruct models list their
+// end-of-turn token there besides the end of text.
+func (t *BPE) loadStops(dir string) error {
+	add := func(id int32) {
+		if id >= 0 && !slices.Contains(t.stops, id) {
+			t.stops = append(t.stops, id)
+		}
+	}
+	add(t.eos)
+	for _, name := range []string{"generation_config.json", "config.json"} {
+		path := filepath.Join(dir, name)
+		raw, err := os.ReadFile(path)
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		var cfg struct {
+			EOS json.RawMessage `json:"eos_token_id"`
+		}
+		if err := json.Unmarshal(raw, &cfg); err != nil {
+			return fmt.Errorf("%s: %w", path, err)
+		}
+		ids, err := parseIDs(cfg.EOS)
+		if err != nil {
+			return fmt.Errorf("%s: eos_token_id: %w", path, err)
+		}
+		for _, id := range ids {
+			if id < 0 || int(id) >= len(t.tokens) {
+				return fmt.Errorf("%s: eos_token_id %d is outside the vocabulary [0, %d)", path, id, len(t.tokens))
+			}
+			add(id)
+		}
+	}
+	return nil
+}
+
+// parseIDs reads null, an id or a list of ids.
+func parseIDs(raw json.RawMessage) ([]int32, error) {
+	if isNull(raw) {
+		return nil, nil
+	}
+	var one int32
+	if err := json.Unmarshal(raw, &one); err == nil {
+		return []int32{one}, nil
+	}
+	var many []int32
+	if err := json.Unmarshal(raw, &many); err != nil {
+		return nil, fmt.Errorf("%s is neither an id nor a list of ids", raw)
+	}
+	return many, nil
+}
+
+// StopTokens returns the ids that end a generation: EOS and the
+// eos_token_id entries of generation_config.json and config.json.
+func (t *BPE) StopTokens() []int32 { return slices.Clone(t.stops) }

@@ -1,6 +1,7 @@
 // Package tokenizer turns text into token ids and back: a byte-level
-// tokenizer for tests and tiny models, and Hugging Face tokenizer.json
-// byte-level BPE (the GPT-2 / Llama-3 / Qwen2 family) for real checkpoints.
+// tokenizer for tests and tiny models, and Hugging Face tokenizer.json BPE
+// for real checkpoints: byte-level (the GPT-2 / Llama-3 / Qwen2 family) and
+// SentencePiece style with byte fallback (Llama 2, Mistral, Gemma).
 package tokenizer
 
 // Tokenizer converts between text and token ids.
@@ -17,6 +18,9 @@ type Tokenizer interface {
 	BOS() int32
 	EOS() int32
 	PAD() int32
+	// StopTokens is the set of ids that end a generation (EOS and, for
+	// instruct models, end-of-turn tokens), without repeats; empty if none.
+	StopTokens() []int32
 	// Name identifies the tokenizer in logs and metrics.
 	Name() string
 }
@@ -70,6 +74,9 @@ func (*Byte) BOS() int32 { return ByteBOS }
 
 // EOS returns 258.
 func (*Byte) EOS() int32 { return ByteEOS }
+
+// StopTokens returns EOS alone.
+func (*Byte) StopTokens() []int32 { return []int32{ByteEOS} }
 
 // PAD returns 256.
 func (*Byte) PAD() int32 { return BytePAD }

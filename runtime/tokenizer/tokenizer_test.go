@@ -333,7 +333,7 @@ func TestBPEAgainstNaive(t *testing.T) {
 			b.WriteByte("abc "[rng.IntN(4)])
 		}
 		var pieces []string
-		tok.preTokenize(b.String(), func(p string) { pieces = append(pieces, p) })
+		tok.preTokenize(b.String(), true, func(p string) { pieces = append(pieces, p) })
 		for _, piece := range pieces {
 			var start []int32
 			for i := 0; i < len(piece); i++ {
@@ -372,21 +372,34 @@ func TestLoadErrors(t *testing.T) {
 		{"bad merge", func(m map[string]any) { model(m)["merges"] = []any{"abc"} }, "", "not two tokens"},
 		{"duplicate id", func(m map[string]any) { model(m)["vocab"].(map[string]any)["dup"] = 5 }, "", "id 5 is given to both"},
 		{"dropout", func(m map[string]any) { model(m)["dropout"] = 0.1 }, "", "dropout"},
-		{"metaspace", func(m map[string]any) { m["pre_tokenizer"] = map[string]any{"type": "Metaspace"} }, "", `type "Metaspace" is not supported`},
+		{"metaspace replacement", func(m map[string]any) { m["pre_tokenizer"] = map[string]any{"type": "Metaspace"} }, "", `replacement "" is not one character`},
+		{"unigram", func(m map[string]any) { model(m)["type"] = "Unigram" }, "", `model type "Unigram" is not supported`},
+		{"precompiled", func(m map[string]any) { m["normalizer"] = map[string]any{"type": "Precompiled"} }, "", `type "Precompiled" is not supported`},
+		{"post processor", func(m map[string]any) { m["post_processor"] = map[string]any{"type": "BertProcessing"} }, "", `post_processor: type "BertProcessing" is not supported`},
+		{"byte fallback with byte level", func(m map[string]any) { model(m)["byte_fallback"] = true }, "", "byte_fallback with a ByteLevel pre-tokenizer"},
+		{"unknown unk", func(m map[string]any) { model(m)["unk_token"] = "<nope>" }, "", `unk_token "<nope>" is not in the vocab`},
 		{"no byte level", func(m map[string]any) {
 			m["pre_tokenizer"] = map[string]any{"type": "Split", "pattern": map[string]any{"Regex": `\s+`}, "behavior": "Isolated"}
-		}, "", "exactly one ByteLevel step"},
+		}, "", "ByteLevel needs a ByteLevel pre-tokenizer"},
 		{"look-behind", func(m map[string]any) {
 			m["pre_tokenizer"] = map[string]any{"type": "Sequence", "pretokenizers": []any{
 				map[string]any{"type": "Split", "pattern": map[string]any{"Regex": `(?<=a)b`}, "behavior": "Isolated"},
 				map[string]any{"type": "ByteLevel", "use_regex": false}}}
 		}, "", "look-around"},
-		{"merged behavior", func(m map[string]any) {
+		{"two byte levels", func(m map[string]any) {
 			m["pre_tokenizer"] = map[string]any{"type": "Sequence", "pretokenizers": []any{
-				map[string]any{"type": "Split", "pattern": map[string]any{"String": " "}, "behavior": "MergedWithPrevious"},
+				map[string]any{"type": "ByteLevel", "use_regex": false},
 				map[string]any{"type": "ByteLevel", "use_regex": false}}}
-		}, "", `behavior "MergedWithPrevious"`},
-		{"replace normalizer", func(m map[string]any) { m["normalizer"] = map[string]any{"type": "Replace"} }, "", `type "Replace" is not supported`},
+		}, "", "exactly one ByteLevel step"},
+		{"unknown behavior", func(m map[string]any) {
+			m["pre_tokenizer"] = map[string]any{"type": "Sequence", "pretokenizers": []any{
+				map[string]any{"type": "Split", "pattern": map[string]any{"String": " "}, "behavior": "Sideways"},
+				map[string]any{"type": "ByteLevel", "use_regex": false}}}
+		}, "", `behavior "Sideways"`},
+		{"regex replace normalizer", func(m map[string]any) {
+			m["normalizer"] = map[string]any{"type": "Replace", "pattern": map[string]any{"Regex": " +"}, "content": " "}
+		}, "", `Replace pattern map[Regex: +] is not supported`},
+		{"eos list", func(m map[string]any) {}, `{"eos_token_id": "x"}`, "neither an id nor a list"},
 		{"wordpiece decoder", func(m map[string]any) { m["decoder"] = map[string]any{"type": "WordPiece"} }, "", "decoder"},
 		{"unknown bos", func(m map[string]any) {}, `{"bos_token": "<s>"}`, `bos_token "<s>" is not a token`},
 		{"malformed config", func(m map[string]any) {}, `{"bos_token": 3}`, "neither a string nor an object"},
@@ -401,7 +414,11 @@ func TestLoadErrors(t *testing.T) {
 				t.Fatal(err)
 			}
 			if c.config != "" {
-				if err := os.WriteFile(filepath.Join(dir, "tokenizer_config.json"), []byte(c.config), 0o644); err != nil {
+				name := "tokenizer_config.json"
+				if strings.Contains(c.config, "eos_token_id") {
+					name = "generation_config.json"
+				}
+				if err := os.WriteFile(filepath.Join(dir, name), []byte(c.config), 0o644); err != nil {
 					t.Fatal(err)
 				}
 			}
