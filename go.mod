@@ -4,6 +4,7 @@ go 1.26.8
 
 require (
 	cuelang.org/go v0.17.1
+	github.com/ardanlabs/jinja v1.8.0
 	github.com/fsnotify/fsnotify v1.10.1
 	github.com/gomlx/gomlx v0.26.0
 	github.com/rogpeppe/go-internal v1.16.0

@@ -1,0 +1,319 @@
+// Package chat renders a model's chat template: the Jinja template of
+// tokenizer_config.json ("chat_template") that turns a conversation into the
+// prompt text an instruct model was trained on, as Hugging Face's
+// apply_chat_template(tokenize=False) does.
+//
+// Typical use, building a prompt for generation:
+//
+//	tmpl, err := chat.Load(modelDir)
+//	...
+//	text, err := tmpl.Render([]chat.Message{{Role: "user", Content: q}}, true)
+//	ids := tok.Encode(text) // the template spells BOS etc. itself: add no special tokens
+//
+// Templates run on github.com/ardanlabs/jinja, a Jinja engine written for
+// chat templates: Hugging Face's lstrip_blocks/trim_blocks, loop controls,
+// namespace(), raise_exception, strftime_now, Python string methods and a
+// tojson with Python's separators, and ordered dictionaries (tool schemas
+// print with their keys in the order given).
+package chat
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"github.com/ardanlabs/jinja"
+)
+
+// Message is one turn of a conversation.
+type Message struct {
+	Role    string `json:"role"` // "system", "user", "assistant", "tool", ...
+	Content string `json:"content"`
+}
+
+// Template is a compiled chat template with the special tokens it may use
+// (bos_token, eos_token, unk_token, pad_token). It is safe for concurrent use.
+type Template struct {
+	// Name is the template's name when tokenizer_config.json lists several
+	// ("default" is chosen), else "".
+	Name     string
+	Source   string
+	tmpl     *jinja.Template
+	specials map[string]string
+}
+
+// Load reads the chat template of the model directory dir: the
+// "chat_template" of tokenizer_config.json (a string, or a list of
+// {"name", "template"} from which "default" is taken), else the file
+// chat_template.jinja; and bos_token, eos_token, unk_token and pad_token
+// (strings or AddedToken objects with a "content") from tokenizer_config.json.
+// A model without a chat template is an error that says so.
+func Load(dir string) (*Template, error) {
+	path := filepath.Join(dir, "tokenizer_config.json")
+	raw, err := os.ReadFile(path)
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("chat template: %w", err)
+	}
+	var cfg map[string]json.RawMessage
+	if err == nil {
+		if err := json.Unmarshal(raw, &cfg); err != nil {
+			return nil, fmt.Errorf("chat template: %s: %w", path, err)
+		}
+	}
+	specials := map[string]string{}
+	for _, key := range []string{"bos_token", "eos_token", "unk_token", "pad_token"} {
+		v, ok := cfg[key]
+		if !ok || isNull(v) {
+			continue
+		}
+		text, err := tokenText(v)
+		if err != nil {
+			return nil, fmt.Errorf("chat template: %s: %s: %w", path, key, err)
+		}
+		specials[key] = text
+	}
+	name, src, err := templateSource(cfg["chat_template"])
+	if err != nil {
+		return nil, fmt.Errorf("chat template: %s: chat_template: %w", path, err)
+	}
+	if src == "" {
+		jpath := filepath.Join(dir, "chat_template.jinja")
+		b, err := os.ReadFile(jpath)
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil, fmt.Errorf("chat template: model %s has none (no chat_template in tokenizer_config.json, no chat_template.jinja)", dir)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("chat template: %w", err)
+		}
+		src = string(b)
+	}
+	t, err := Parse(src, specials)
+	if err != nil {
+		return nil, fmt.Errorf("chat template of %s: %w", dir, err)
+	}
+	t.Name = name
+	return t, nil
+}
+
+// Parse compiles a chat template. specials maps variables such as
+// "bos_token" to their text.
+func Parse(src string, specials map[string]string) (*Template, error) {
+	tmpl, err := jinja.Compile(src)
+	if err != nil {
+		return nil, fmt.Errorf("parsing: %w", err)
+	}
+	return &Template{Source: src, tmpl: tmpl, specials: specials}, nil
+}
+
+// Render renders messages, ending with the assistant turn's header when
+// addGenerationPrompt is set (the prompt for a model's reply).
+func (t *Template) Render(messages []Message, addGenerationPrompt bool) (string, error) {
+	return t.RenderWith(messages, addGenerationPrompt, nil)
+}
+
+// RenderWith is Render with extra template variables, e.g. "tools" (a list of
+// tool schemas) or "enable_thinking" (Qwen3). messages is a []Message, or any
+// JSON-like value (slices, maps, strings, numbers, bools, nil) for richer
+// turns (tool_calls, reasoning_content, content parts); a json.RawMessage
+// anywhere in messages or vars is decoded keeping its objects' key order,
+// which tojson then prints. Map keys are otherwise sorted. As in Hugging
+// Face's apply_chat_template, tools and documents are none unless given.
+// A template's raise_exception is returned as an error.
+func (t *Template) RenderWith(messages any, addGenerationPrompt bool, vars map[string]any) (string, error) {
+	msgs, err := toValue(messages)
+	if err != nil {
+		return "", fmt.Errorf("chat template: messages: %w", err)
+	}
+	data := map[string]jinja.Value{
+		"messages":              msgs,
+		"add_generation_prompt": jinja.NewBool(addGenerationPrompt),
+		"tools":                 jinja.None(),
+		"documents":             jinja.None(),
+	}
+	for k, v := range t.specials {
+		data[k] = jinja.NewString(v)
+	}
+	for k, v := range vars {
+		if data[k], err = toValue(v); err != nil {
+			return "", fmt.Errorf("chat template: variable %s: %w", k, err)
+		}
+	}
+	out, err := t.tmpl.RenderValues(data)
+	if err != nil {
+		return "", fmt.Errorf("chat template: %w", err)
+	}
+	return out, nil
+}
+
+// templateSource reads tokenizer_config.json's chat_template: a string, or a
+// list of named templates from which "default" is taken.
+func templateSource(raw json.RawMessage) (name, src string, err error) {
+	if isNull(raw) {
+		return "", "", nil
+	}
+	if err := json.Unmarshal(raw, &src); err == nil {
+		return "", src, nil
+	}
+	var named []struct {
+		Name     string `json:"name"`
+		Template string `json:"template"`
+	}
+	if err := json.Unmarshal(raw, &named); err != nil {
+		return "", "", fmt.Errorf("neither a string nor a list of {name, template}")
+	}
+	var names []string
+	for _, n := range named {
+		if n.Name == "default" {
+			return n.Name, n.Template, nil
+		}
+		names = append(names, n.Name)
+	}
+	return "", "", fmt.Errorf("no template named \"default\" among %s", strings.Join(names, ", "))
+}
+
+// tokenText reads a special token: its text, or an AddedToken object.
+func tokenText(raw json.RawMessage) (string, error) {
+	var s string
+	if err := json.Unmarshal(raw, &s); err == nil {
+		return s, nil
+	}
+	var obj struct {
+		Content *string `json:"content"`
+	}
+	if err := json.Unmarshal(raw, &obj); err != nil || obj.Content == nil {
+		return "", fmt.Errorf("neither a string nor an object with content")
+	}
+	return *obj.Content, nil
+}
+
+func isNull(raw json.RawMessage) bool {
+	t := bytes.TrimSpace(raw)
+	return len(t) == 0 || bytes.Equal(t, []byte("null"))
+}
+
+// toValue converts a JSON-like Go value to a template value.
+func toValue(v any) (jinja.Value, error) {
+	switch x := v.(type) {
+	case nil:
+		return jinja.None(), nil
+	case jinja.Value:
+		return x, nil
+	case json.RawMessage:
+		return jsonValue(x)
+	case []Message:
+		items := make([]jinja.Value, len(x))
+		for i, m := range x {
+			d := jinja.NewDict()
+			d.AsDict().Set("role", jinja.NewString(m.Role))
+			d.AsDict().Set("content", jinja.NewString(m.Content))
+			items[i] = d
+		}
+		return jinja.NewList(items), nil
+	case string:
+		return jinja.NewString(x), nil
+	case bool:
+		return jinja.NewBool(x), nil
+	case int:
+		return jinja.NewInt(int64(x)), nil
+	case int64:
+		return jinja.NewInt(x), nil
+	case float64:
+		return jinja.NewFloat(x), nil
+	case []any:
+		items := make([]jinja.Value, len(x))
+		for i, e := range x {
+			var err error
+			if items[i], err = toValue(e); err != nil {
+				return jinja.Value{}, err
+			}
+		}
+		return jinja.NewList(items), nil
+	case map[string]any:
+		d := jinja.NewDict()
+		keys := make([]string, 0, len(x))
+		for k := range x {
+			keys = append(keys, k)
+		}
+		slices.Sort(keys)
+		for _, k := range keys {
+			e, err := toValue(x[k])
+			if err != nil {
+				return jinja.Value{}, err
+			}
+			d.AsDict().Set(k, e)
+		}
+		return d, nil
+	}
+	return jinja.Value{}, fmt.Errorf("a %T cannot be a template value", v)
+}
+
+// jsonValue decodes JSON into a template value, keeping object key order.
+func jsonValue(raw json.RawMessage) (jinja.Value, error) {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	v, err := decodeValue(dec)
+	if err != nil {
+		return jinja.Value{}, err
+	}
+	if dec.More() {
+		return jinja.Value{}, fmt.Errorf("trailing data after JSON value")
+	}
+	return v, nil
+}
+
+func decodeValue(dec *json.Decoder) (jinja.Value, error) {
+	tok, err := dec.Token()
+	if err != nil {
+		return jinja.Value{}, err
+	}
+	switch x := tok.(type) {
+	case json.Delim:
+		switch x {
+		case '{':
+			d := jinja.NewDict()
+			for dec.More() {
+				kt, err := dec.Token()
+				if err != nil {
+					return jinja.Value{}, err
+				}
+				v, err := decodeValue(dec)
+				if err != nil {
+					return jinja.Value{}, err
+				}
+				d.AsDict().Set(kt.(string), v)
+			}
+			_, err := dec.Token() // '}'
+			return d, err
+		case '[':
+			var items []jinja.Value
+			for dec.More() {
+				v, err := decodeValue(dec)
+				if err != nil {
+					return jinja.Value{}, err
+				}
+				items = append(items, v)
+			}
+			_, err := dec.Token() // ']'
+			return jinja.NewList(items), err
+		}
+	case json.Number:
+		if i, err := x.Int64(); err == nil {
+			return jinja.NewInt(i), nil
+		}
+		f, err := x.Float64()
+		return jinja.NewFloat(f), err
+	case string:
+		return jinja.NewString(x), nil
+	case bool:
+		return jinja.NewBool(x), nil
+	case nil:
+		return jinja.None(), nil
+	}
+	return jinja.Value{}, fmt.Errorf("unexpected JSON token %v", tok)
+}
