@@ -101,6 +101,17 @@ const conversations = [
     { role: "user", content: "And 97?" },
   ],
   [
+    { role: "user", content: "Weather in Paris?" },
+    {
+      role: "assistant",
+      content: "",
+      tool_calls: [{ type: "function", function: { name: "get_weather", arguments: { city: "Paris", unit: "C" } } }],
+    },
+    { role: "tool", content: "{\"temp\": 21}" },
+    { role: "assistant", content: "It is 21 °C.", reasoning_content: "The tool said 21." },
+    { role: "user", content: "Thanks" },
+  ],
+  [
     { role: "user", content: "First question" },
     { role: "user", content: "Second question in a row" },
   ],
