@@ -222,9 +222,9 @@ func (g *rolloutGen) sampleOptions(seed uint64, greedy bool) runtime.SampleOptio
 	if greedy {
 		o.Temperature, o.TopP, o.TopK = 0, 0, 0
 	}
-	if eos := g.tok.EOS(); eos >= 0 {
-		o.StopTokens = []int32{eos}
-	}
+	// Every id of the model's stop set ends a sequence: instruct models end
+	// their turn with a token (<|im_end|>, <|eot_id|>) other than EOS.
+	o.StopTokens = g.tok.StopTokens()
 	return o
 }
 
@@ -624,12 +624,11 @@ func (g *rolloutGen) aggrevate(seed uint64) (*batch, error) {
 		return nil, fmt.Errorf("candidate actions: %w", err)
 	}
 	// The teacher completes every prefix + action that did not stop.
-	eos := g.tok.EOS()
 	var contPrompts [][]int32
 	var contOf []int
 	for j, c := range cands {
 		rest := k.MaxNewTokens - cuts[j/K] - 1
-		if rest > 0 && c.Tokens[0] != eos {
+		if rest > 0 && !c.Stopped {
 			contPrompts = append(contPrompts, append(append([]int32{}, candPrompts[j]...), c.Tokens[0]))
 			contOf = append(contOf, j)
 		}

@@ -23,7 +23,7 @@ type SampleOptions struct {
 	Temperature  float64 // 0 means greedy decoding
 	TopP         float64 // nucleus sampling threshold in (0, 1]; 0 or 1 turns it off
 	TopK         int     // keep the k most likely tokens; 0 turns it off
-	StopTokens   []int32 // a sequence ends after emitting one of these (it is included)
+	StopTokens   []int32 // a sequence ends after emitting any of these (it is included): EOS, end-of-turn, ...
 	Seed         uint64  // same seed, prompts and options → same samples
 }
 
@@ -92,6 +92,23 @@ func (m *Model) decodeGraph(ctx *context.Context, in []*Node) []*Node {
 	out := []*Node{m.Logits(ctx, last)}
 	out = append(out, present.k...)
 	return append(out, present.vT...)
+}
+
+// stopSet is a bitset over the vocabulary of the ids that end a sequence: one
+// test per generated token, whatever the number of stop ids.
+type stopSet []uint64
+
+// newStopSet builds the set; ids were validated to lie in [0, vocab).
+func newStopSet(ids []int32, vocab int) stopSet {
+	s := make(stopSet, (vocab+63)/64)
+	for _, id := range ids {
+		s[id>>6] |= 1 << (id & 63)
+	}
+	return s
+}
+
+func (s stopSet) has(id int32) bool {
+	return id >= 0 && int(id>>6) < len(s) && s[id>>6]&(1<<(id&63)) != 0
 }
 
 func (o SampleOptions) validate(vocab int) error {
@@ -248,6 +265,7 @@ func (s *Sampler) Generate(prompts [][]int32, opt SampleOptions) ([]Sample, erro
 		}
 	}
 
+	stops := newStopSet(opt.StopTokens, c.VocabSize)
 	rng := rand.New(rand.NewPCG(opt.Seed, 0x53545853414d504c)) // "STXSAMPL"
 	res := make([]Sample, rows)
 	done := make([]bool, rows)
@@ -280,7 +298,7 @@ func (s *Sampler) Generate(prompts [][]int32, opt SampleOptions) ([]Sample, erro
 			res[r].Tokens = append(res[r].Tokens, tok)
 			res[r].LogProbs = append(res[r].LogProbs, lp)
 			next[r] = tok
-			if slices.Contains(opt.StopTokens, tok) {
+			if stops.has(tok) {
 				res[r].Stopped = true
 				done[r] = true
 			} else if len(res[r].Tokens) >= opt.MaxNewTokens {

@@ -5,6 +5,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"reflect"
+	"slices"
 	"testing"
 )
 
@@ -147,6 +148,25 @@ func TestSamplerOptions(t *testing.T) {
 	}
 	if !st[0].Stopped || len(st[0].Tokens) != first+1 || st[0].Tokens[first] != stop {
 		t.Errorf("stop token %d: got %v (stopped %v), greedy %v", stop, st[0].Tokens, st[0].Stopped, g1[0].Tokens)
+	}
+	// A stop set: generation ends at whichever of its ids comes first, in every row.
+	set := []int32{g1[1].Tokens[3], g1[0].Tokens[1], g1[2].Tokens[0]}
+	ss := gen(SampleOptions{MaxNewTokens: 8, StopTokens: set, Seed: 1})
+	for i := range g1 {
+		want := g1[i].Tokens
+		for j, tok := range want {
+			if slices.Contains(set, tok) {
+				want = want[:j+1]
+				break
+			}
+		}
+		stopped := slices.Contains(set, want[len(want)-1])
+		if !reflect.DeepEqual(ss[i].Tokens, want) || ss[i].Stopped != stopped {
+			t.Errorf("row %d, stop set %v: got %v (stopped %v), want %v (stopped %v)", i, set, ss[i].Tokens, ss[i].Stopped, want, stopped)
+		}
+	}
+	if _, err := s.Generate(prompts, SampleOptions{MaxNewTokens: 1, StopTokens: []int32{int32(cfg.VocabSize)}}); err == nil {
+		t.Error("stop token outside the vocabulary accepted")
 	}
 	if _, err := s.Generate(prompts, SampleOptions{MaxNewTokens: 0}); err == nil {
 		t.Error("max new tokens 0 accepted")
