@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"stx.dev/stx/runtime/chat"
 	"stx.dev/stx/runtime/tokenizer"
 )
 
@@ -49,10 +50,12 @@ type ScoreSummary struct {
 	Perplexity float64 `json:"perplexity"`
 }
 
-// scoreInput is one input line: token ids, or text to tokenize.
+// scoreInput is one input line: token ids, text to tokenize, or a
+// conversation to render with the chat template.
 type scoreInput struct {
-	Tokens []int32 `json:"tokens"`
-	Text   *string `json:"text"`
+	Tokens   []int32         `json:"tokens"`
+	Text     *string         `json:"text"`
+	Messages json.RawMessage `json:"messages"`
 }
 
 // ScoreJSONL reads records ({"tokens": [...]} or {"text": "..."}) from r, one JSON object per
@@ -60,6 +63,14 @@ type scoreInput struct {
 // Text is tokenized with tok, with the tokenizer's BOS prepended when it has one (so the first
 // token is scored too); tok may be nil when every record gives tokens.
 func ScoreJSONL(r io.Reader, w io.Writer, sc *Scorer, tok tokenizer.Tokenizer, batchSize int) (ScoreSummary, error) {
+	return ScoreJSONLChat(r, w, sc, tok, nil, batchSize)
+}
+
+// ScoreJSONLChat is ScoreJSONL that also takes conversations,
+// {"messages": [{"role": ..., "content": ...}, ...]}, rendered with the chat template tmpl
+// (without a generation prompt) and tokenized with tok as they are: the template writes BOS
+// and the other special tokens itself. tmpl may be nil when no record is a conversation.
+func ScoreJSONLChat(r io.Reader, w io.Writer, sc *Scorer, tok tokenizer.Tokenizer, tmpl *chat.Template, batchSize int) (ScoreSummary, error) {
 	if batchSize <= 0 {
 		batchSize = 8
 	}
@@ -104,7 +115,7 @@ func ScoreJSONL(r io.Reader, w io.Writer, sc *Scorer, tok tokenizer.Tokenizer, b
 		if len(raw) > 0 {
 			line++
 			if trimmed := trimSpace(raw); len(trimmed) > 0 {
-				seq, perr := parseScoreInput(trimmed, tok)
+				seq, perr := parseScoreInput(trimmed, tok, tmpl)
 				if perr != nil {
 					return sum, &LineError{Line: line, Err: perr}
 				}
@@ -143,14 +154,40 @@ func trimSpace(b []byte) []byte {
 	return b
 }
 
-func parseScoreInput(raw []byte, tok tokenizer.Tokenizer) ([]int32, error) {
+func parseScoreInput(raw []byte, tok tokenizer.Tokenizer, tmpl *chat.Template) ([]int32, error) {
 	var in scoreInput
 	if err := json.Unmarshal(raw, &in); err != nil {
 		return nil, fmt.Errorf("not a JSON record: %w", err)
 	}
+	kinds := 0
+	for _, given := range []bool{in.Tokens != nil, in.Text != nil, in.Messages != nil} {
+		if given {
+			kinds++
+		}
+	}
 	switch {
-	case in.Tokens != nil && in.Text != nil:
-		return nil, fmt.Errorf("record has both \"tokens\" and \"text\"")
+	case kinds > 1:
+		return nil, fmt.Errorf("record has more than one of \"tokens\", \"text\" and \"messages\"")
+	case in.Messages != nil:
+		if tok == nil {
+			return nil, fmt.Errorf("a \"messages\" record needs a tokenizer, and this model has none; give \"tokens\"")
+		}
+		if tmpl == nil {
+			return nil, fmt.Errorf("a \"messages\" record needs a chat template, and this model has none")
+		}
+		var msgs []map[string]json.RawMessage
+		if err := json.Unmarshal(in.Messages, &msgs); err != nil || len(msgs) == 0 {
+			return nil, fmt.Errorf("\"messages\" is not a non-empty list of objects")
+		}
+		text, err := tmpl.RenderWith(in.Messages, false, nil)
+		if err != nil {
+			return nil, err
+		}
+		seq := tok.Encode(text)
+		if len(seq) == 0 {
+			return nil, fmt.Errorf("the chat template rendered the messages as empty text")
+		}
+		return seq, nil
 	case in.Tokens != nil:
 		if len(in.Tokens) == 0 {
 			return nil, fmt.Errorf("record has an empty \"tokens\" list")
@@ -170,7 +207,7 @@ func parseScoreInput(raw []byte, tok tokenizer.Tokenizer) ([]int32, error) {
 		}
 		return seq, nil
 	}
-	return nil, fmt.Errorf("record has neither \"tokens\" nor \"text\"")
+	return nil, fmt.Errorf("record has none of \"tokens\", \"text\" and \"messages\"")
 }
 
 // LineError is a problem with one line of a JSONL input.

@@ -13,6 +13,8 @@ import (
 	"testing"
 
 	"github.com/rogpeppe/go-internal/testscript"
+
+	"stx.dev/stx/runtime"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files of testdata/broken")
@@ -47,6 +49,16 @@ func TestScripts(t *testing.T) {
 				if got != want {
 					ts.Fatalf("exit status %d, want %d", got, want)
 				}
+			},
+			// savemodel DIR: save the built-in tiny model (seed 1) as a Hugging Face model
+			// directory, for scripts that need a model on disk.
+			"savemodel": func(ts *testscript.TestScript, neg bool, args []string) {
+				if neg || len(args) != 1 {
+					ts.Fatalf("usage: savemodel DIR")
+				}
+				m, err := runtime.OpenModel("tiny", 1)
+				ts.Check(err)
+				ts.Check(m.SaveHF(ts.MkAbs(args[0]), 0))
 			},
 		},
 		Setup: func(env *testscript.Env) error {

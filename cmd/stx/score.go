@@ -3,11 +3,13 @@ package main
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 
 	"github.com/urfave/cli/v2"
 
 	"stx.dev/stx/runtime"
+	"stx.dev/stx/runtime/chat"
 	"stx.dev/stx/runtime/tokenizer"
 )
 
@@ -15,10 +17,11 @@ func scoreCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "score",
 		Usage: "per-token log-probs of token sequences or texts under a model",
-		Description: `score reads JSONL records, {"tokens": [ids...]} or {"text": "..."} (tokenized with the
-model's tokenizer, BOS first), and prints one JSON line per record with the log-prob of
-every token given the ones before it. The mean NLL and perplexity over all scored tokens
-go to stderr.
+		Description: `score reads JSONL records, {"tokens": [ids...]}, {"text": "..."} (tokenized with the
+model's tokenizer, BOS first) or {"messages": [{"role": "user", "content": "..."}, ...]}
+(a conversation, rendered with the chat template of the model's tokenizer_config.json and
+tokenized as it is), and prints one JSON line per record with the log-prob of every token
+given the ones before it. The mean NLL and perplexity over all scored tokens go to stderr.
 
 Example:
    stx score --model tiny --data texts.jsonl > scores.jsonl`,
@@ -55,17 +58,26 @@ Example:
 			if _, builtin := runtime.BuiltinConfig(spec); !builtin {
 				dir = spec
 			}
-			// Text records need a tokenizer; token records do not, so a missing one is only
-			// reported when a text record comes.
+			// Text records need a tokenizer and conversations a chat template; token records
+			// need neither, so a missing one is only reported when such a record comes. A
+			// tokenizer or template that is present but cannot be used is an error now.
 			var tok tokenizer.Tokenizer
 			if t, err := runtime.ModelTokenizer(m, dir); err == nil {
 				tok = t
+			} else if !errors.Is(err, fs.ErrNotExist) && dir != "" {
+				return err
+			}
+			var tmpl *chat.Template
+			if dir != "" && chat.Has(dir) {
+				if tmpl, err = chat.Load(dir); err != nil {
+					return err
+				}
 			}
 			sc, err := runtime.NewScorer(be, m)
 			if err != nil {
 				return err
 			}
-			sum, err := runtime.ScoreJSONL(f, c.App.Writer, sc, tok, c.Int("batch"))
+			sum, err := runtime.ScoreJSONLChat(f, c.App.Writer, sc, tok, tmpl, c.Int("batch"))
 			if err != nil {
 				var le *runtime.LineError
 				if errors.As(err, &le) {

@@ -101,6 +101,27 @@ func Load(dir string) (*Template, error) {
 	return t, nil
 }
 
+// Has says whether the model directory dir has a chat template for Load: a
+// chat_template in tokenizer_config.json or a chat_template.jinja file. It
+// does not check that the template is usable.
+func Has(dir string) bool {
+	if _, err := os.Stat(filepath.Join(dir, "chat_template.jinja")); err == nil {
+		return true
+	}
+	raw, err := os.ReadFile(filepath.Join(dir, "tokenizer_config.json"))
+	if err != nil {
+		return false
+	}
+	var cfg struct {
+		Template json.RawMessage `json:"chat_template"`
+	}
+	// A malformed file counts as having a template, so that Load reports it.
+	if err := json.Unmarshal(raw, &cfg); err != nil {
+		return true
+	}
+	return !isNull(cfg.Template)
+}
+
 // Parse compiles a chat template. specials maps variables such as
 // "bos_token" to their text.
 func Parse(src string, specials map[string]string) (*Template, error) {
