@@ -252,6 +252,10 @@ func build(f *tokenizerFile) (*BPE, error) {
 
 // parseMerge reads a merge written as "a b" or as ["a", "b"].
 func parseMerge(raw json.RawMessage) (string, string, error) {
+	// Fast path (large vocabularies have 500k merges): strings without escapes.
+	if a, b, ok := plainMerge(raw); ok {
+		return a, b, nil
+	}
 	var s string
 	if err := json.Unmarshal(raw, &s); err == nil {
 		a, b, ok := strings.Cut(s, " ")
@@ -265,6 +269,32 @@ func parseMerge(raw json.RawMessage) (string, string, error) {
 		return "", "", fmt.Errorf("%s is neither \"a b\" nor [\"a\", \"b\"]", raw)
 	}
 	return pair[0], pair[1], nil
+}
+
+// plainMerge reads "a b" or ["a","b"] (spaces allowed around the comma)
+// when no string has an escape; ok is false otherwise.
+func plainMerge(raw []byte) (a, b string, ok bool) {
+	if bytes.IndexByte(raw, '\\') >= 0 || len(raw) < 2 {
+		return "", "", false
+	}
+	if raw[0] == '"' {
+		body := raw[1 : len(raw)-1]
+		i := bytes.IndexByte(body, ' ')
+		if raw[len(raw)-1] != '"' || bytes.IndexByte(body, '"') >= 0 || i <= 0 || i == len(body)-1 || bytes.IndexByte(body[i+1:], ' ') >= 0 {
+			return "", "", false
+		}
+		return string(body[:i]), string(body[i+1:]), true
+	}
+	if raw[0] != '[' || raw[len(raw)-1] != ']' {
+		return "", "", false
+	}
+	parts := bytes.Split(raw[1:len(raw)-1], []byte{'"'})
+	// [ "a" , "b" ] splits into: space, a, comma, b, space.
+	if len(parts) != 5 || len(bytes.TrimSpace(parts[0])) != 0 || len(bytes.TrimSpace(parts[4])) != 0 ||
+		!bytes.Equal(bytes.TrimSpace(parts[2]), []byte{','}) {
+		return "", "", false
+	}
+	return string(parts[1]), string(parts[3]), true
 }
 
 func isNull(raw json.RawMessage) bool {

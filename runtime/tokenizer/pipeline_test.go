@@ -309,3 +309,31 @@ func FuzzSentencePieceRoundTrip(f *testing.F) {
 		}
 	})
 }
+
+// TestParseMerge checks the fast path of merge parsing against encoding/json.
+func TestParseMerge(t *testing.T) {
+	for _, c := range []struct{ raw, a, b string }{
+		{`"a b"`, "a", "b"},
+		{`"Ġ Ġt"`, "Ġ", "Ġt"},
+		{`["a","b"]`, "a", "b"},
+		{`[ "▁ x" , "y" ]`, "▁ x", "y"},
+		{`["\"q","\u0041"]`, `"q`, "A"},
+		{`"\u0041 b"`, "A", "b"},
+		{`["a", "b", "c"]`, "", ""},
+		{`"a  b"`, "", ""},
+		{`"ab"`, "", ""},
+		{`"a b`, "", ""},
+		{`7`, "", ""},
+	} {
+		a, b, err := parseMerge(json.RawMessage(c.raw))
+		if c.a == "" {
+			if err == nil {
+				t.Errorf("parseMerge(%s) = %q %q, want an error", c.raw, a, b)
+			}
+			continue
+		}
+		if err != nil || a != c.a || b != c.b {
+			t.Errorf("parseMerge(%s) = %q %q %v, want %q %q", c.raw, a, b, err, c.a, c.b)
+		}
+	}
+}
