@@ -75,6 +75,33 @@ const corpus = [
   "",
 ];
 
+// Random strings from a seeded generator, mixing scripts, digits, punctuation, whitespace runs,
+// emoji, byte-fallback material and special-token markup, to reach the corners the fixed corpus
+// misses. The generator (mulberry32) is fixed, so the corpus is the same on every run.
+function mulberry32(seed) {
+  return () => {
+    seed |= 0;
+    seed = (seed + 0x6d2b79f5) | 0;
+    let t = Math.imul(seed ^ (seed >>> 15), 1 | seed);
+    t = (t + Math.imul(t ^ (t >>> 7), 61 | t)) ^ t;
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
+const pieces = [
+  "a", "e", "the", "The", " ", "  ", "   ", "\t", "\n", "\n\n", "\r\n", "0", "7", "42", "1234567",
+  "'s", "'LL", "don't", ".", ",", "!?", "...", "(", ")", "{", "}", "[", "]", "<", ">", "|", "_",
+  "-", "--", "=>", "::", "#", "@", "é", "ñ", "ß", "Ω", "ж", "中", "文", "日本", "語", "한", "ا",
+  "ไทย", "😀", "🎉", "👍🏽", "\u200b", "\u00a0", "\u3000", "\u2581", "ﬁ", "𝔘", "\u0007",
+  "<s>", "</s>", "<|im_start|>", "<|im_end|>", "<|eot_id|>", "<start_of_turn>", "<think>",
+  "<unk>", "<0x41>", "<|", "|>", "def", " return", "Hello", "WORLD", "x1", "_id", "http://",
+];
+const rng = mulberry32(20261201);
+for (let i = 0; i < 150; i++) {
+  let s = "";
+  for (let n = 1 + Math.floor(rng() * 12); n > 0; n--) s += pieces[Math.floor(rng() * pieces.length)];
+  corpus.push(s);
+}
+
 // Conversations rendered with each chat template.
 const conversations = [
   [{ role: "user", content: "What is 2 + 2?" }],
@@ -136,6 +163,20 @@ const extras = [
   },
 ];
 
+// The Llama 2 package ships no chat template. This one, written for these tests in Llama 2's
+// [INST] / <<SYS>> layout, is used where tokenizer_config.json has none: it exercises slicing,
+// raise_exception, loop.first, loop.index0 and .strip().
+const fallbackTemplate = [
+  "{%- if messages[0].role == 'system' -%}",
+  "{%- set sys = '<<SYS>>\\n' + messages[0].content.strip() + '\\n<</SYS>>\\n\\n' -%}{%- set turns = messages[1:] -%}",
+  "{%- else -%}{%- set sys = '' -%}{%- set turns = messages -%}{%- endif -%}",
+  "{%- for m in turns -%}",
+  "{%- if (m.role == 'user') != (loop.index0 % 2 == 0) -%}{{- raise_exception('turns must alternate user/assistant') -}}{%- endif -%}",
+  "{%- if m.role == 'user' -%}{{- bos_token + '[INST] ' + (sys if loop.first else '') + m.content.strip() + ' [/INST]' -}}",
+  "{%- else -%}{{- ' ' + m.content.strip() + ' ' + eos_token -}}{%- endif -%}",
+  "{%- endfor -%}",
+].join("\n");
+
 // token is a special token of tokenizer_config.json as text: a string or an AddedToken object.
 function token(cfg, key) {
   const v = cfg[key];
@@ -160,8 +201,13 @@ for (const [name, pkg] of Object.entries(models)) {
       decoded_skip_special: ids.length ? tok.decode(ids, { skip_special_tokens: true }) : "",
     });
   }
-  if (typeof tokenizerConfig.chat_template === "string") {
-    const template = new Template(tokenizerConfig.chat_template);
+  let source = tokenizerConfig.chat_template;
+  if (source == null) {
+    source = fallbackTemplate;
+    out.chat_template = source; // the test renders this one too
+  }
+  if (typeof source === "string") {
+    const template = new Template(source);
     const specials = {};
     for (const key of ["bos_token", "eos_token", "unk_token", "pad_token"]) {
       const v = token(tokenizerConfig, key);
@@ -176,7 +222,9 @@ for (const [name, pkg] of Object.entries(models)) {
           } catch (e) {
             error = String(e.message ?? e);
           }
-          out.chat.push({ messages, add_generation_prompt: addGen, extra, prompt, error });
+          // The prompt's token ids: special tokens written by the template are recognised.
+          const prompt_ids = prompt === null ? null : tok.encode(prompt, { add_special_tokens: false });
+          out.chat.push({ messages, add_generation_prompt: addGen, extra, prompt, error, prompt_ids });
         }
       }
     }

@@ -29,11 +29,13 @@ func tokenizersDir() string {
 }
 
 // TestConformance renders the real Qwen3, Llama 3.1 and Gemma 3 chat
-// templates and compares with Hugging Face's JavaScript Jinja
-// (@huggingface/jinja), including the conversations a template refuses.
+// templates (and, for Llama 2, whose package has none, the [INST]-layout
+// template the golden script supplies) and compares with Hugging Face's
+// JavaScript Jinja (@huggingface/jinja), including the conversations a
+// template refuses.
 func TestConformance(t *testing.T) {
 	root := tokenizersDir()
-	for _, name := range []string{"qwen3", "llama3_1", "gemma3"} {
+	for _, name := range []string{"qwen3", "llama3_1", "gemma3", "llama2"} {
 		t.Run(name, func(t *testing.T) {
 			dir := filepath.Join(root, name)
 			raw, err := os.ReadFile(filepath.Join(dir, "golden.json"))
@@ -41,7 +43,8 @@ func TestConformance(t *testing.T) {
 				t.Skipf("no real tokenizer files (%v): run scripts/fetch-tokenizers.sh", err)
 			}
 			var golden struct {
-				Chat []struct {
+				Template string `json:"chat_template"` // set when the model has none
+				Chat     []struct {
 					Messages json.RawMessage            `json:"messages"`
 					AddGen   bool                       `json:"add_generation_prompt"`
 					Extra    map[string]json.RawMessage `json:"extra"`
@@ -51,6 +54,9 @@ func TestConformance(t *testing.T) {
 			}
 			if err := json.Unmarshal(raw, &golden); err != nil {
 				t.Fatal(err)
+			}
+			if golden.Template != "" {
+				dir = withTemplate(t, dir, golden.Template)
 			}
 			tmpl, err := Load(dir)
 			if err != nil {
@@ -81,6 +87,26 @@ func TestConformance(t *testing.T) {
 			t.Logf("%s: %d renderings checked (%d refused by the template)", name, len(golden.Chat), refused)
 		})
 	}
+}
+
+// withTemplate copies dir's tokenizer_config.json to a new directory with
+// chat_template set to src.
+func withTemplate(t *testing.T, dir, src string) string {
+	raw, err := os.ReadFile(filepath.Join(dir, "tokenizer_config.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cfg map[string]any
+	if err := json.Unmarshal(raw, &cfg); err != nil {
+		t.Fatal(err)
+	}
+	cfg["chat_template"] = src
+	out := t.TempDir()
+	js, _ := json.Marshal(cfg)
+	if err := os.WriteFile(filepath.Join(out, "tokenizer_config.json"), js, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return out
 }
 
 // features exercises what real chat templates use beyond the ones above:

@@ -57,6 +57,10 @@ func TestConformance(t *testing.T) {
 			}
 			var golden struct {
 				Encode []goldenEncode `json:"encode"`
+				Chat   []struct {
+					Prompt    *string `json:"prompt"`
+					PromptIDs []int32 `json:"prompt_ids"`
+				} `json:"chat"`
 			}
 			if err := json.Unmarshal(raw, &golden); err != nil {
 				t.Fatal(err)
@@ -100,7 +104,18 @@ func TestConformance(t *testing.T) {
 					t.Fatal("too many differences")
 				}
 			}
-			t.Logf("%s: %d corpus strings checked (decode too: %v)", name, len(golden.Encode), checkDecode)
+			// Rendered chat prompts, whose special tokens the template wrote.
+			prompts := 0
+			for _, c := range golden.Chat {
+				if c.Prompt == nil {
+					continue
+				}
+				prompts++
+				if got := tok.Encode(*c.Prompt); !slices.Equal(got, c.PromptIDs) {
+					t.Errorf("Encode(chat prompt %q)\n got %v\nwant %v", *c.Prompt, got, c.PromptIDs)
+				}
+			}
+			t.Logf("%s: %d corpus strings and %d chat prompts checked (decode too: %v)", name, len(golden.Encode), prompts, checkDecode)
 		})
 	}
 }
