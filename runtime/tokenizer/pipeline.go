@@ -140,43 +140,7 @@ func (s *splitRegex) pieces(text string, b behavior, fn func(string)) {
 		match      bool
 	}
 	var spans []span
-	s.each(text, false, func(p string) {
-		start := 0
-		if n := len(spans); n > 0 {
-			start = spans[n-1].end
-		}
-		spans = append(spans, span{start, start + len(p), false})
-	})
-	// Mark which spans are matches: re-run the matcher over the same text.
-	if s.scan != nil {
-		for i := range spans {
-			spans[i].match = true
-		}
-	} else {
-		pos := 0
-		k := 0
-		for pos <= len(text) && k < len(spans) {
-			st, en, ok := s.find(text, pos)
-			if !ok {
-				break
-			}
-			if en == st {
-				_, w := utf8.DecodeRuneInString(text[st:])
-				if w == 0 {
-					break
-				}
-				pos = st + w
-				continue
-			}
-			for k < len(spans) && spans[k].start < st {
-				k++
-			}
-			if k < len(spans) && spans[k].start == st && spans[k].end == en {
-				spans[k].match = true
-			}
-			pos = en
-		}
-	}
+	s.walk(text, func(start, end int, match bool) { spans = append(spans, span{start, end, match}) })
 	var out []span
 	switch b {
 	case mergedWithPrevious:

@@ -254,13 +254,21 @@ func (s *splitRegex) split(text string, keepMatches bool) []string {
 // fn on each, in order: both (Hugging Face's "Isolated" behaviour), or only
 // the gaps with removeMatches ("Removed"). Empty matches produce no pieces.
 func (s *splitRegex) each(text string, removeMatches bool, fn func(string)) {
+	s.walk(text, func(start, end int, match bool) {
+		if !match || !removeMatches {
+			fn(text[start:end])
+		}
+	})
+}
+
+// walk calls fn on each match of s in text and each gap between them, in
+// order, saying which is a match. Empty matches produce no pieces.
+func (s *splitRegex) walk(text string, fn func(start, end int, match bool)) {
 	if s.scan != nil {
 		// Every character starts a match of a scanned pattern: no gaps.
 		for pos := 0; pos < len(text); {
 			e := s.scan(text, pos)
-			if !removeMatches {
-				fn(text[pos:e])
-			}
+			fn(pos, e, true)
 			pos = e
 		}
 		return
@@ -280,14 +288,12 @@ func (s *splitRegex) each(text string, removeMatches bool, fn func(string)) {
 			continue
 		}
 		if st > gap {
-			fn(text[gap:st])
+			fn(gap, st, false)
 		}
-		if !removeMatches {
-			fn(text[st:en])
-		}
+		fn(st, en, true)
 		pos, gap = en, en
 	}
 	if gap < len(text) {
-		fn(text[gap:])
+		fn(gap, len(text), false)
 	}
 }
