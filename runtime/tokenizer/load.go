@@ -70,7 +70,7 @@ type typed struct {
 // normalized, single_word, lstrip and rstrip. Normalizers NFC, NFD, NFKC,
 // NFKD, Lowercase, Prepend, Replace (String pattern), Strip and Sequence of
 // them. Pre-tokenizers Split (Regex or String pattern; behaviour Isolated,
-// Removed, MergedWithPrevious, MergedWithNext or Contiguous; not inverted),
+// Removed, MergedWithPrevious, MergedWithNext or Contiguous; invert),
 // ByteLevel (add_prefix_space, use_regex; once and last), Metaspace
 // (replacement, prepend_scheme or add_prefix_space, split) and Sequence of
 // them. Decoders ByteLevel, Metaspace, Replace (String pattern),
@@ -409,9 +409,6 @@ func parsePreTokenizer(raw json.RawMessage) ([]preStep, error) {
 		}
 		return []preStep{st}, nil
 	case "Split":
-		if p.Invert {
-			return nil, fmt.Errorf("a Split with invert is not supported")
-		}
 		var pattern string
 		if r, ok := p.Pattern["Regex"]; ok {
 			pattern = r
@@ -428,7 +425,7 @@ func parsePreTokenizer(raw json.RawMessage) ([]preStep, error) {
 		if !ok {
 			return nil, fmt.Errorf("a Split behavior %q is not supported (Isolated, Removed, MergedWithPrevious, MergedWithNext, Contiguous)", p.Behavior)
 		}
-		return []preStep{{split: re, behavior: b}}, nil
+		return []preStep{{split: re, behavior: b, invert: p.Invert}}, nil
 	case "Metaspace":
 		ms, err := newMetaspace(p.Replacement, p.PrependScheme, p.AddPrefixSpace, p.Split)
 		if err != nil {

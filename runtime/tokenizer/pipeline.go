@@ -129,9 +129,10 @@ var behaviors = map[string]behavior{
 // pieces cuts text by the matches of s and calls fn on each piece, as Hugging
 // Face's Split with behaviour b does: matches apart (Isolated), dropped
 // (Removed), glued to the piece before (MergedWithPrevious) or after
-// (MergedWithNext), or runs of matches joined (Contiguous).
-func (s *splitRegex) pieces(text string, b behavior, fn func(string)) {
-	if b == isolated || b == removed {
+// (MergedWithNext), or runs of matches joined (Contiguous). With invert the
+// gaps between matches are the delimiters instead.
+func (s *splitRegex) pieces(text string, b behavior, invert bool, fn func(string)) {
+	if !invert && (b == isolated || b == removed) {
 		s.each(text, b == removed, fn)
 		return
 	}
@@ -140,9 +141,17 @@ func (s *splitRegex) pieces(text string, b behavior, fn func(string)) {
 		match      bool
 	}
 	var spans []span
-	s.walk(text, func(start, end int, match bool) { spans = append(spans, span{start, end, match}) })
+	s.walk(text, func(start, end int, match bool) { spans = append(spans, span{start, end, match != invert}) })
 	var out []span
 	switch b {
+	case isolated:
+		out = spans
+	case removed:
+		for _, sp := range spans {
+			if !sp.match {
+				out = append(out, sp)
+			}
+		}
 	case mergedWithPrevious:
 		prevMatch := false
 		for _, sp := range spans {

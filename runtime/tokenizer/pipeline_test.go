@@ -241,16 +241,28 @@ func TestSplitBehaviors(t *testing.T) {
 		"Contiguous":         {"a", "-", "b", "--", "c", "-"},
 	} {
 		var got []string
-		re.pieces("a-b--c-", behaviors[name], func(p string) { got = append(got, p) })
+		re.pieces("a-b--c-", behaviors[name], false, func(p string) { got = append(got, p) })
 		if !reflect.DeepEqual(got, want) {
 			t.Errorf("%s: %q, want %q", name, got, want)
 		}
 	}
 	// Leading matches.
 	var got []string
-	re.pieces("-a", mergedWithPrevious, func(p string) { got = append(got, p) })
+	re.pieces("-a", mergedWithPrevious, false, func(p string) { got = append(got, p) })
 	if !reflect.DeepEqual(got, []string{"-", "a"}) {
 		t.Errorf("MergedWithPrevious of -a: %q", got)
+	}
+	// Inverted, the pattern's matches are kept and the gaps are delimiters.
+	for name, want := range map[string][]string{
+		"Removed":        {"-", "-", "-", "-"},
+		"Isolated":       {"a", "-", "b", "-", "-", "c", "-"},
+		"MergedWithNext": {"a-", "b-", "-", "c-"},
+	} {
+		got = nil
+		re.pieces("a-b--c-", behaviors[name], true, func(p string) { got = append(got, p) })
+		if !reflect.DeepEqual(got, want) {
+			t.Errorf("inverted %s: %q, want %q", name, got, want)
+		}
 	}
 }
 
