@@ -3,7 +3,7 @@
 // packages that scripts/fetch-tokenizers.sh installed under DIR/node_modules and writes, per
 // tokenizer, DIR/NAME/{tokenizer.json,tokenizer_config.json,golden.json}.
 //
-// Usage: node scripts/tokenizer-golden.mjs DIR
+// Usage: node scripts/tokenizer-golden.mjs DIR  (run by scripts/fetch-tokenizers.sh)
 import fs from "node:fs";
 import path from "node:path";
 import { createRequire } from "node:module";
@@ -98,8 +98,10 @@ const pieces = [
   "<s>", "</s>", "<|im_start|>", "<|im_end|>", "<|eot_id|>", "<start_of_turn>", "<think>",
   "<unk>", "<0x41>", "<|", "|>", "def", " return", "Hello", "WORLD", "x1", "_id", "http://",
 ];
+// STX_GOLDEN_RANDOM sets how many (150 by default; more for a one-off deeper check).
 const rng = mulberry32(20261201);
-for (let i = 0; i < 150; i++) {
+const nRandom = Number(process.env.STX_GOLDEN_RANDOM ?? 150);
+for (let i = 0; i < nRandom; i++) {
   let s = "";
   for (let n = 1 + Math.floor(rng() * 12); n > 0; n--) s += pieces[Math.floor(rng() * pieces.length)];
   corpus.push(s);
