@@ -124,7 +124,8 @@ func Has(dir string) bool {
 
 // Parse compiles a chat template. specials maps variables such as
 // "bos_token" to their text.
-func Parse(src string, specials map[string]string) (*Template, error) {
+func Parse(src string, specials map[string]string) (t *Template, err error) {
+	defer recoverError(&err)
 	tmpl, err := jinja.Compile(src)
 	if err != nil {
 		return nil, fmt.Errorf("parsing: %w", err)
@@ -146,7 +147,8 @@ func (t *Template) Render(messages []Message, addGenerationPrompt bool) (string,
 // which tojson then prints. Map keys are otherwise sorted. As in Hugging
 // Face's apply_chat_template, tools and documents are none unless given.
 // A template's raise_exception is returned as an error.
-func (t *Template) RenderWith(messages any, addGenerationPrompt bool, vars map[string]any) (string, error) {
+func (t *Template) RenderWith(messages any, addGenerationPrompt bool, vars map[string]any) (_ string, err error) {
+	defer recoverError(&err)
 	msgs, err := toValue(messages)
 	if err != nil {
 		return "", fmt.Errorf("chat template: messages: %w", err)
@@ -170,6 +172,14 @@ func (t *Template) RenderWith(messages any, addGenerationPrompt bool, vars map[s
 		return "", fmt.Errorf("chat template: %w", err)
 	}
 	return out, nil
+}
+
+// recoverError turns a panic of the template engine into an error: a model's
+// template is input, and no input may crash stx.
+func recoverError(err *error) {
+	if r := recover(); r != nil {
+		*err = fmt.Errorf("chat template: the template engine failed: %v", r)
+	}
 }
 
 // templateSource reads tokenizer_config.json's chat_template: a string, or a
