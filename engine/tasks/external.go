@@ -76,11 +76,11 @@ type commandScorer struct {
 
 // rewardProc is one running instance of a reward command.
 type rewardProc struct {
-	cmd    *exec.Cmd
-	stdin  io.WriteCloser
-	lines  chan []byte   // stdout lines; closed at EOF
-	exited chan struct{} // closed once the process has been waited for
-	stderr *tailWriter
+	cmd     *exec.Cmd
+	stdin   io.WriteCloser
+	lines   chan []byte   // stdout lines; closed at EOF
+	exited  chan struct{} // closed once the process has been waited for
+	stderr  *tailWriter
 	waitErr error
 }
 
