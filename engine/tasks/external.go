@@ -196,22 +196,21 @@ func (s *commandScorer) ScoreBatch(completions []string, exs []Example) ([]float
 		if err == nil {
 			continue
 		}
+		// Stopped first: its stderr is complete once it has been waited for.
+		s.proc.stop()
 		tail := s.proc.stderr.String()
+		s.proc = nil
 		var tr errTransient
 		transient := errors.As(err, &tr)
 		if !transient || attempt >= s.retries {
-			s.proc.stop()
-			s.proc = nil
 			how := ""
 			if transient {
 				how = fmt.Sprintf(" (after %d retries)", attempt)
 			}
-			return nil, fmt.Errorf("reward command %q, request %d of %d%s: %w%s",
+			return nil, fmt.Errorf("command %q, request %d of %d%s: %w%s",
 				s.argv[0], done+1, len(reqs), how, err, stderrNote(tail))
 		}
-		attempt++
-		s.proc.stop() // restart on the next turn
-		s.proc = nil
+		attempt++ // restart on the next turn
 	}
 	return out, nil
 }
