@@ -1,6 +1,7 @@
 package tasks
 
 import (
+	"bufio"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -251,5 +252,22 @@ func TestDatasetTasks(t *testing.T) {
 	rs, _, err := rw.ScoreBatch([]string{"it is " + strings.TrimPrefix(ex.Answer, "#### "), "no idea"}, []Example{ex, ex})
 	if err != nil || rs[0] != 1 || rs[1] != 0 {
 		t.Errorf("math on %+v: %v, %v", ex, rs, err)
+	}
+}
+
+func TestJSONLLongLine(t *testing.T) {
+	var b strings.Builder
+	b.WriteString(`{"prompt":"a","answer":"1"}` + "\n")
+	b.WriteString(strings.Repeat("x", 300))
+	p := writeFile(t, t.TempDir(), "long.jsonl", b.String())
+	rd := bufio.NewReaderSize(strings.NewReader(b.String()), 16)
+	if l, err := readLine(rd, 100); err != nil || string(l) != `{"prompt":"a","answer":"1"}`+"\n" {
+		t.Fatalf("first line %q, %v", l, err)
+	}
+	if _, err := readLine(rd, 100); err == nil || !strings.Contains(err.Error(), "line longer than") {
+		t.Errorf("long line: %v", err)
+	}
+	if _, err := LoadJSONL(p); err == nil || !strings.HasPrefix(err.Error(), p+":2: bad JSON") {
+		t.Errorf("load: %v", err)
 	}
 }

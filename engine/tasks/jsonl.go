@@ -81,7 +81,7 @@ func loadJSONLCols(path string, cols columns) ([]Example, shape, error) {
 	)
 	rd := bufio.NewReader(f)
 	for lineNo := 1; ; lineNo++ {
-		line, rerr := rd.ReadBytes('\n')
+		line, rerr := readLine(rd, maxLineBytes)
 		if rerr != nil && !errors.Is(rerr, io.EOF) {
 			return nil, 0, fmt.Errorf("%s:%d: %w", path, lineNo, rerr)
 		}
@@ -109,6 +109,25 @@ func loadJSONLCols(path string, cols columns) ([]Example, shape, error) {
 		return nil, 0, fmt.Errorf("%s: no records", path)
 	}
 	return exs, fileShape, nil
+}
+
+// maxLineBytes bounds one JSONL record: a multi-gigabyte file without a
+// newline is refused instead of filling memory.
+const maxLineBytes = 64 << 20
+
+// readLine reads one line (with its '\n'), at most max bytes of it.
+func readLine(rd *bufio.Reader, max int) ([]byte, error) {
+	var line []byte
+	for {
+		part, err := rd.ReadSlice('\n')
+		if len(line)+len(part) > max {
+			return nil, fmt.Errorf("line longer than %d MiB", max>>20)
+		}
+		line = append(line, part...)
+		if !errors.Is(err, bufio.ErrBufferFull) {
+			return line, err
+		}
+	}
 }
 
 // parseRecord decodes one JSONL line into an example and its shape.

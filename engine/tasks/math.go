@@ -1,6 +1,7 @@
 package tasks
 
 import (
+	"fmt"
 	"math"
 	"regexp"
 	"strconv"
@@ -138,6 +139,7 @@ var (
 	fracShortRE = regexp.MustCompile(`\\frac(\d)(\d)`)
 	sqrtShortRE = regexp.MustCompile(`\\sqrt(\d)`)
 	assignRE    = regexp.MustCompile(`^[a-zA-Z]\s*=\s*`)
+	mixedRE     = regexp.MustCompile(`^(-?)(\d{1,6})(?:\s+(\d{1,6})/(\d{1,6})|\s*\\frac\{(\d{1,6})\}\{(\d{1,6})\})$`)
 	unitRE      = regexp.MustCompile(`^([-+]?[\d.,/]*\d%?)\s*[a-zA-Z]{2,}(?:\s+[a-zA-Z]+)*$`)
 	texSpaceRE  = regexp.MustCompile(`\\[,;:! ]`)
 )
@@ -162,6 +164,16 @@ func normalizeMath(s string) string {
 	s = sqrtShortRE.ReplaceAllString(s, `\sqrt{$1}`)
 	s = strings.TrimSpace(s)
 	s = assignRE.ReplaceAllString(s, "")
+	// A mixed number "2 1/2" or "2\frac{1}{2}" is 5/2: read it before the
+	// space that separates its parts goes.
+	if m := mixedRE.FindStringSubmatch(s); m != nil {
+		a, _ := strconv.Atoi(m[2])
+		b, _ := strconv.Atoi(m[3] + m[5])
+		c, _ := strconv.Atoi(m[4] + m[6])
+		if c > 0 && b < c {
+			s = fmt.Sprintf("%s%d/%d", m[1], a*c+b, c)
+		}
+	}
 	s = strings.TrimRight(s, ". ")
 	if m := unitRE.FindStringSubmatch(s); m != nil {
 		s = m[1]

@@ -79,6 +79,9 @@ func TestMathReward(t *testing.T) {
 		{"wrong fraction", `\boxed{\frac{2}{3}}`, "0.66", 0},
 		{"integer as decimal", "#### 5.0", "5", 1},
 		{"bare decimal", "#### .5", "1/2", 1},
+		{"mixed number", "#### 2 1/2", "2.5", 1},
+		{"mixed number latex", `\boxed{2\frac{1}{2}}`, "5/2", 1},
+		{"mixed number is not a concatenation", "#### 2 1/2", "21/2", 0},
 		{"division by zero is not a number", `\boxed{\frac{1}{0}}`, "0", 0},
 		// percentages
 		{"percent equals number", "#### 50%", "50", 1},
