@@ -427,9 +427,19 @@ func (g *rolloutGen) sampleBatch(id int, seed uint64) (*batch, error) {
 		texts[i], owners[i] = g.tok.Decode(s.Tokens), exs[i/n]
 	}
 	// One call for the whole rollout: external rewards score it as a batch.
-	rews, oks, err := g.reward.ScoreBatch(texts, owners)
+	rews, oks, terms, err := g.reward.ScoreTerms(texts, owners)
 	if err != nil {
 		return nil, err
+	}
+	if len(terms) > 1 {
+		// Each term's unweighted mean shows what a weighted sum hides.
+		for j, name := range g.reward.TermNames() {
+			s := 0.0
+			for _, v := range terms[j] {
+				s += v
+			}
+			out.metrics["reward/"+g.role+"/"+name] = s / float64(len(terms[j]))
+		}
 	}
 	for i, s := range samples {
 		ex := exs[i/n]

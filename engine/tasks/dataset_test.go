@@ -253,6 +253,18 @@ func TestDatasetTasks(t *testing.T) {
 	if err != nil || rs[0] != 1 || rs[1] != 0 {
 		t.Errorf("math on %+v: %v, %v", ex, rs, err)
 	}
+	// Several weighted terms: the sum, each term, and their names.
+	rw, err = NewReward([]schema.Reward{{Fn: "math", Weight: 1}, {Fn: "regex", Weight: 0.5, Pattern: "it"},
+		{Fn: "regex", Weight: -2, Pattern: "idea"}}, task)
+	if err != nil {
+		t.Fatal(err)
+	}
+	good := "it is " + strings.TrimPrefix(ex.Answer, "#### ")
+	rs, _, terms, err := rw.ScoreTerms([]string{good, "no idea"}, []Example{ex, ex})
+	if err != nil || fmt.Sprint(rs) != "[1.5 -2]" || fmt.Sprint(terms) != "[[1 0] [1 0] [0 1]]" ||
+		fmt.Sprint(rw.TermNames()) != "[math regex regex_2]" {
+		t.Errorf("terms: %v %v %v %v", rs, terms, rw.TermNames(), err)
+	}
 }
 
 func TestJSONLLongLine(t *testing.T) {

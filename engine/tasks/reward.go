@@ -303,36 +303,59 @@ func (r *Reward) Score(completion string, ex Example) (reward float64, correct b
 // default test's verdicts. External terms see the whole batch in one call
 // (one HTTP request per batch_size, the command's requests pipelined).
 func (r *Reward) ScoreBatch(completions []string, exs []Example) (rewards []float64, correct []bool, err error) {
+	rewards, correct, _, err = r.ScoreTerms(completions, exs)
+	return rewards, correct, err
+}
+
+// ScoreTerms is ScoreBatch that also returns each term's unweighted values
+// (terms[j][i] is term j of completion i; TermNames names them).
+func (r *Reward) ScoreTerms(completions []string, exs []Example) (rewards []float64, correct []bool, terms [][]float64, err error) {
 	if len(completions) != len(exs) {
-		return nil, nil, fmt.Errorf("score: %d completions for %d examples", len(completions), len(exs))
+		return nil, nil, nil, fmt.Errorf("score: %d completions for %d examples", len(completions), len(exs))
 	}
 	rewards = make([]float64, len(completions))
 	correct = make([]bool, len(completions))
 	if r.points != nil {
-		return rewards, correct, nil
+		return rewards, correct, nil, nil
 	}
 	for _, t := range r.terms {
+		vs := make([]float64, len(completions))
 		if t.batch != nil {
-			vs, err := t.batch.ScoreBatch(completions, exs)
-			if err != nil {
-				return nil, nil, fmt.Errorf("reward %s: %w", t.fn, err)
+			if vs, err = t.batch.ScoreBatch(completions, exs); err != nil {
+				return nil, nil, nil, fmt.Errorf("reward %s: %w", t.fn, err)
 			}
 			if len(vs) != len(completions) {
-				return nil, nil, fmt.Errorf("reward %s: %d rewards for %d completions", t.fn, len(vs), len(completions))
+				return nil, nil, nil, fmt.Errorf("reward %s: %d rewards for %d completions", t.fn, len(vs), len(completions))
 			}
-			for i, v := range vs {
-				rewards[i] += t.weight * v
+		} else {
+			for i, c := range completions {
+				vs[i] = t.local(c, exs[i])
 			}
-			continue
 		}
-		for i, c := range completions {
-			rewards[i] += t.weight * t.local(c, exs[i])
+		for i, v := range vs {
+			rewards[i] += t.weight * v
 		}
+		terms = append(terms, vs)
 	}
 	for i, c := range completions {
 		correct[i] = r.correct(c, exs[i]) == 1
 	}
-	return rewards, correct, nil
+	return rewards, correct, terms, nil
+}
+
+// TermNames name the reward's terms for metrics: the function names, with
+// "_2", "_3", … on repeats ("regex", "regex_2").
+func (r *Reward) TermNames() []string {
+	seen := map[string]int{}
+	names := make([]string, len(r.terms))
+	for j, t := range r.terms {
+		seen[t.fn]++
+		names[j] = t.fn
+		if n := seen[t.fn]; n > 1 {
+			names[j] = fmt.Sprintf("%s_%d", t.fn, n)
+		}
+	}
+	return names
 }
 
 // Close releases the external terms (stops reward commands). It is safe to
