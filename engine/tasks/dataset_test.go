@@ -249,9 +249,9 @@ func TestDatasetTasks(t *testing.T) {
 		t.Fatal(err)
 	}
 	ex := task.Train()[0]
-	rs, _, err := rw.ScoreBatch([]string{"it is " + strings.TrimPrefix(ex.Answer, "#### "), "no idea"}, []Example{ex, ex})
-	if err != nil || rs[0] != 1 || rs[1] != 0 {
-		t.Errorf("math on %+v: %v, %v", ex, rs, err)
+	rs, oks, err := rw.ScoreBatch([]string{"it is " + strings.TrimPrefix(ex.Answer, "#### "), "no idea"}, []Example{ex, ex})
+	if err != nil || rs[0] != 1 || rs[1] != 0 || !oks[0] || oks[1] {
+		t.Errorf("math on %+v: %v, %v, %v (the math term is the dataset's test of correct)", ex, rs, oks, err)
 	}
 	// Several weighted terms: the sum, each term, and their names.
 	rw, err = NewReward([]schema.Reward{{Fn: "math", Weight: 1}, {Fn: "regex", Weight: 0.5, Pattern: "it"},

@@ -280,6 +280,7 @@ func (t *datasetTask) Kinds() []Kind                { return t.shape.kinds() }
 func (t *datasetTask) Train() []Example             { return cloneExamples(t.train) }
 func (t *datasetTask) Validation() []Example        { return cloneExamples(t.val) }
 func (t *datasetTask) DefaultReward() schema.Reward { return exactMatch }
+func (t *datasetTask) verifiedByTerms()             {}
 
 // cloneExamples copies a split so that callers may re-render prompts.
 func cloneExamples(exs []Example) []Example { return slices.Clone(exs) }

@@ -212,6 +212,14 @@ func FirstNumber(s string) (float64, bool) {
 	return x, true
 }
 
+// verifiedByTerms is implemented by tasks whose correctness test is the
+// recipe's first verifier term when it has one (the datasets).
+type verifiedByTerms interface{ verifiedByTerms() }
+
+// verifiers are the reward functions that say right or wrong about the
+// answer itself (not its form or length).
+var verifiers = map[string]bool{"exact_match": true, "numeric_match": true, "math": true, "contains": true}
+
 // Reward scores completions with a recipe's weighted reward terms and
 // tells whether they are correct by the task's own test.
 type Reward struct {
@@ -233,8 +241,10 @@ type rewardTerm struct {
 // the weighted sum of terms, or the task's default reward when terms is
 // empty (Rewarded.DefaultReward: numeric_match for arithmetic, exact_match
 // for sorting, reverse and the datasets; exact_match for a nil task or one
-// without a default). Correctness is always the default term's test (its
-// value is 1), independent of shaping terms. Weights are used as given (a
+// without a default). Correctness is the default term's test (its value is
+// 1), independent of shaping terms; a dataset, which has no test of its
+// own, takes the first of exact_match, numeric_match, math or contains
+// among the terms when there is one. Weights are used as given (a
 // term built in Go without one weighs 0; recipes get the schema's 1.0).
 //
 // External terms (command, http) start here: the command's process is
@@ -255,6 +265,16 @@ func NewReward(terms []schema.Reward, task Task) (*Reward, error) {
 	}
 	if def.Fn == "length_penalty" {
 		return nil, fmt.Errorf("task %q: default reward length_penalty has no notion of correct", task.Name())
+	}
+	if _, ok := task.(verifiedByTerms); ok {
+		// A dataset has no test of its own: the recipe's first verifier
+		// term (math on GSM8K, say) decides what is correct.
+		for _, t := range terms {
+			if verifiers[t.Fn] {
+				def = t
+				break
+			}
+		}
 	}
 	correct, err := NewRewardFunc(def)
 	if err != nil {
