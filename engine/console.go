@@ -65,7 +65,7 @@ func (c *console) progress(id, total int, m map[string]float64, elapsed, eta tim
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "rollout %d/%d", id+1, total)
-	if v, ok := m["reward/mean"]; ok {
+	if _, v, ok := pickReward(m); ok {
 		fmt.Fprintf(&b, "  reward %.3f", v)
 	}
 	if name, v, ok := pick(m, "/loss"); ok {
@@ -92,6 +92,21 @@ func (c *console) progress(id, total int, m map[string]float64, elapsed, eta tim
 }
 
 // pick returns the first metric (sorted by name) ending in suffix.
+// pickReward finds the mean reward of the first role (reward/<role>/mean).
+func pickReward(m map[string]float64) (string, float64, bool) {
+	var names []string
+	for k := range m {
+		if strings.HasPrefix(k, "reward/") && strings.HasSuffix(k, "/mean") {
+			names = append(names, k)
+		}
+	}
+	if len(names) == 0 {
+		return "", 0, false
+	}
+	sort.Strings(names)
+	return names[0], m[names[0]], true
+}
+
 func pick(m map[string]float64, suffix string) (string, float64, bool) {
 	var names []string
 	for k := range m {

@@ -19,10 +19,15 @@ type evaluator struct {
 	task tasks.Task // set for the flow recipes, whose samples are points
 }
 
-func newEvaluator(gen *rolloutGen, task tasks.Task) *evaluator {
+func newEvaluator(gen *rolloutGen, task tasks.Task) (*evaluator, error) {
 	val := task.Validation()
 	if len(val) > maxValPrompts {
 		val = val[:maxValPrompts]
+	}
+	if gen.render != nil {
+		if err := tasks.RenderPrompts(val, gen.render); err != nil {
+			return nil, fmt.Errorf("validation: %w", err)
+		}
 	}
 	// The reference answer of a preference example is its chosen completion.
 	for i := range val {
@@ -30,7 +35,7 @@ func newEvaluator(gen *rolloutGen, task tasks.Task) *evaluator {
 			val[i].Answer = val[i].Chosen
 		}
 	}
-	return &evaluator{gen: gen, val: val}
+	return &evaluator{gen: gen, val: val}, nil
 }
 
 // run completes every validation prompt n_val_samples_per_prompt times
@@ -57,11 +62,20 @@ func (e *evaluator) run(seed uint64) (map[string]float64, error) {
 	if err != nil {
 		return nil, fmt.Errorf("evaluation: %w", err)
 	}
+	texts := make([]string, len(samples))
+	owners := make([]tasks.Example, len(samples))
+	for i, s := range samples {
+		texts[i], owners[i] = e.gen.tok.Decode(s.Tokens), e.val[i/n]
+	}
+	rews, oks, err := e.gen.reward.ScoreBatch(texts, owners)
+	if err != nil {
+		return nil, fmt.Errorf("evaluation: %w", err)
+	}
 	var vs []estimators.ValSample
 	sum := 0.0
-	for i, s := range samples {
+	for i := range samples {
 		ex := e.val[i/n]
-		rew, ok := e.gen.reward.Score(e.gen.tok.Decode(s.Tokens), ex)
+		rew, ok := rews[i], oks[i]
 		ok = ok || rew >= k.CorrectThreshold // the task's own test, or correct_threshold
 		sum += rew
 		src := ex.DataSource

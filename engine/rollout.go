@@ -126,7 +126,9 @@ type rolloutGen struct {
 	reward  *tasks.Reward
 	sampler *runtime.Sampler // nil for offline data (SFT, preference, KTO)
 	tok     tokenizer.Tokenizer
-	remax   bool // ReMax: greedy rollouts give the baseline
+	// render turns chat prompts into the rollout model's prompt text.
+	render tasks.PromptRenderer
+	remax  bool // ReMax: greedy rollouts give the baseline
 	// teacher samples the teacher-executed rows of imitation data and
 	// completes AggreVaTe's candidate actions (nil without a teacher role).
 	teacher *runtime.Sampler
@@ -419,11 +421,31 @@ func (g *rolloutGen) sampleBatch(id int, seed uint64) (*batch, error) {
 	out := &batch{metrics: map[string]float64{}}
 	var stopped, lengthCut, length float64
 	lps := make([][]float32, 0, len(samples))
+	texts := make([]string, len(samples))
+	owners := make([]tasks.Example, len(samples))
+	for i, s := range samples {
+		texts[i], owners[i] = g.tok.Decode(s.Tokens), exs[i/n]
+	}
+	// One call for the whole rollout: external rewards score it as a batch.
+	rews, oks, terms, err := g.reward.ScoreTerms(texts, owners)
+	if err != nil {
+		return nil, err
+	}
+	if len(terms) > 1 {
+		// Each term's unweighted mean shows what a weighted sum hides.
+		for j, name := range g.reward.TermNames() {
+			s := 0.0
+			for _, v := range terms[j] {
+				s += v
+			}
+			out.metrics["reward/"+g.role+"/"+name] = s / float64(len(terms[j]))
+		}
+	}
 	for i, s := range samples {
 		ex := exs[i/n]
 		row := b.add(prompts[i], s.Tokens, ex, g.role)
-		text := g.tok.Decode(s.Tokens)
-		rew, ok := g.reward.Score(text, ex)
+		text := texts[i]
+		rew, ok := rews[i], oks[i]
 		if math.IsNaN(rew) || math.IsInf(rew, 0) {
 			return nil, fmt.Errorf("reward of %q for task %s is %g", text, ex.ID, rew)
 		}
@@ -454,9 +476,16 @@ func (g *rolloutGen) sampleBatch(id int, seed uint64) (*batch, error) {
 		if err != nil {
 			return nil, fmt.Errorf("greedy baseline: %w", err)
 		}
+		gTexts := make([]string, len(greedy))
+		for j, s := range greedy {
+			gTexts[j] = g.tok.Decode(s.Tokens)
+		}
+		gRews, _, err := g.reward.ScoreBatch(gTexts, exs)
+		if err != nil {
+			return nil, fmt.Errorf("greedy baseline: %w", err)
+		}
 		for i := range samples {
-			rew, _ := g.reward.Score(g.tok.Decode(greedy[i/n].Tokens), exs[i/n])
-			b.setRow(estimators.KeyGreedyReward, i, rew)
+			b.setRow(estimators.KeyGreedyReward, i, gRews[i/n])
 		}
 		out.genTokens += len(greedy) * k.MaxNewTokens
 	}
@@ -486,62 +515,105 @@ func dedupe(prompts [][]int32, n int) [][]int32 {
 	return out
 }
 
-// rewardMetrics are the reward statistics of a batch's rows.
+// rewardMetrics are the reward statistics of a batch's rows per role, named
+// as rLLM names them: reward/<role>/{mean,std,min,max}, plus
+// reward/<role>/correct_frac (the fraction of correct completions).
 func rewardMetrics(d *estimators.Rollout) map[string]float64 {
 	m := map[string]float64{}
 	if d.Len() == 0 || d.Reward == nil {
 		return m
 	}
-	s, ss, lo, hi := 0.0, 0.0, math.Inf(1), math.Inf(-1)
-	for _, r := range d.Reward {
-		s += r
-		ss += r * r
-		lo, hi = min(lo, r), max(hi, r)
-	}
-	n := float64(d.Len())
-	mean := s / n
-	m["reward/mean"] = mean
-	m["reward/std"] = math.Sqrt(max(ss/n-mean*mean, 0))
-	m["reward/min"], m["reward/max"] = lo, hi
-	if c, ok := d.Row[estimators.KeyIsCorrect]; ok {
-		t := 0.0
-		for _, v := range c {
-			t += v
+	correct := d.Row[estimators.KeyIsCorrect]
+	for _, role := range rowRoles(d) {
+		var xs, cs []float64
+		for i, r := range d.Reward {
+			if d.Role[i] == role {
+				xs = append(xs, r)
+				if correct != nil {
+					cs = append(cs, correct[i])
+				}
+			}
 		}
-		m["reward/correct_frac"] = t / n
+		addMoments(m, "reward/"+role, xs, false)
+		if correct != nil {
+			t := 0.0
+			for _, v := range cs {
+				t += v
+			}
+			m["reward/"+role+"/correct_frac"] = t / float64(len(cs))
+		}
 	}
 	return m
 }
 
-// advantageMetrics are statistics of the advantages over trainable tokens.
+// rowRoles are the distinct roles of d's rows, in order of appearance.
+func rowRoles(d *estimators.Rollout) []string {
+	var roles []string
+	seen := map[string]bool{}
+	for _, r := range d.Role {
+		if !seen[r] {
+			seen[r] = true
+			roles = append(roles, r)
+		}
+	}
+	return roles
+}
+
+// addMoments adds prefix/{mean,std,min,max} of xs (population std) and,
+// with zero, prefix/fraction_zero (|x| < estimators.ZeroAdvantageTol).
+func addMoments(m map[string]float64, prefix string, xs []float64, zero bool) {
+	if len(xs) == 0 {
+		return
+	}
+	s, ss, nz := 0.0, 0.0, 0.0
+	lo, hi := math.Inf(1), math.Inf(-1)
+	for _, v := range xs {
+		s += v
+		ss += v * v
+		lo, hi = min(lo, v), max(hi, v)
+		if math.Abs(v) < estimators.ZeroAdvantageTol {
+			nz++
+		}
+	}
+	n := float64(len(xs))
+	mean := s / n
+	m[prefix+"/mean"] = mean
+	m[prefix+"/std"] = math.Sqrt(max(ss/n-mean*mean, 0))
+	m[prefix+"/min"], m[prefix+"/max"] = lo, hi
+	if zero {
+		m[prefix+"/fraction_zero"] = nz / n
+	}
+}
+
+// advantageMetrics are statistics of the advantages over trainable tokens,
+// per role: advantage/<role>/{mean,std,min,max,fraction_zero}. (rLLM takes
+// one advantage per trajectory; over tokens is the same for broadcast
+// estimators such as GRPO up to length weighting, and also meaningful for
+// per-token ones such as GAE.)
 func advantageMetrics(d *estimators.Rollout) map[string]float64 {
 	adv, ok := d.Tok[estimators.KeyAdvantages]
 	if !ok {
 		return nil
 	}
-	s, ss, n, zero := 0.0, 0.0, 0.0, 0.0
-	lo, hi := math.Inf(1), math.Inf(-1)
-	for i, row := range adv {
-		for t, a := range row {
-			if d.Mask[i][t] == 0 {
+	m := map[string]float64{}
+	for _, role := range rowRoles(d) {
+		var xs []float64
+		for i, row := range adv {
+			if d.Role[i] != role {
 				continue
 			}
-			v := float64(a)
-			s += v
-			ss += v * v
-			n++
-			lo, hi = min(lo, v), max(hi, v)
-			if math.Abs(v) < estimators.ZeroAdvantageTol {
-				zero++
+			for t, a := range row {
+				if d.Mask[i][t] != 0 {
+					xs = append(xs, float64(a))
+				}
 			}
 		}
+		addMoments(m, "advantage/"+role, xs, true)
 	}
-	if n == 0 {
+	if len(m) == 0 {
 		return nil
 	}
-	mean := s / n
-	return map[string]float64{"advantage/mean": mean, "advantage/std": math.Sqrt(max(ss/n-mean*mean, 0)),
-		"advantage/min": lo, "advantage/max": hi, "advantage/fraction_zero": zero / n}
+	return m
 }
 
 // mixTeacher lets the teacher execute each row with probability β of the
@@ -648,14 +720,24 @@ func (g *rolloutGen) aggrevate(seed uint64) (*batch, error) {
 	}
 	b := newRows()
 	out := &batch{metrics: map[string]float64{}}
+	texts := make([]string, len(cands))
+	of := make([]tasks.Example, len(cands))
+	for j, c := range cands {
+		s := j / K
+		answer := append(append(append([]int32{}, rolls[s].Tokens[:cuts[s]]...), c.Tokens[0]), conts[j]...)
+		texts[j], of[j] = g.tok.Decode(answer), owners[s]
+	}
+	rews, oks, err := g.reward.ScoreBatch(texts, of)
+	if err != nil {
+		return nil, err
+	}
 	for j, c := range cands {
 		s := j / K
 		ex := owners[s]
 		ex.ID = fmt.Sprintf("%s#%d", ex.ID, s) // one group per state
 		row := b.add(prefixes[s], c.Tokens[:1], ex, g.role)
-		answer := append(append(append([]int32{}, rolls[s].Tokens[:cuts[s]]...), c.Tokens[0]), conts[j]...)
-		text := g.tok.Decode(answer)
-		rew, ok := g.reward.Score(text, owners[s])
+		text := texts[j]
+		rew, ok := rews[j], oks[j]
 		b.r.Reward[row] = rew
 		b.setRow(estimators.KeyIsCorrect, row, map[bool]float64{true: 1}[ok || rew >= k.CorrectThreshold])
 		out.completions = append(out.completions, text)

@@ -143,6 +143,7 @@ type loop struct {
 	start   int // first rollout of this process
 	total   int // optimizer steps the schedule spans
 	unit    int // rows that stay together when reshuffling (2 for pairs)
+	nTrain  int // examples in the train split (total_epochs)
 	res     Result
 	last    map[string]float64 // the last rollout's final metrics record (console)
 	// rowAdv are the primary role's per-row advantages of the current
@@ -174,6 +175,13 @@ func newLoop(rec *schema.Recipe, opts RunOptions) (*loop, error) {
 		l.unit = 2
 	}
 	l.kind = kind
+	// The task comes first: total_epochs caps the rollouts by its size,
+	// and the LR schedule spans those.
+	task, err := tasks.NewFor(rec.Task, k)
+	if err != nil {
+		return nil, fmt.Errorf("task %s: %w", rec.Task.Name, err)
+	}
+	l.nTrain = len(task.Train())
 	l.total = l.scheduleSteps(k)
 	if l.roles, err = buildRoles(l.backend, g, max(l.total, 1)); err != nil {
 		return nil, err
@@ -188,14 +196,18 @@ func newLoop(rec *schema.Recipe, opts RunOptions) (*loop, error) {
 	if l.primary == nil {
 		return nil, fmt.Errorf("recipe %s has no trainable role", rec.Name)
 	}
-	task, err := tasks.NewFor(rec.Task, k)
-	if err != nil {
-		return nil, fmt.Errorf("task %s: %w", rec.Task.Name, err)
-	}
 	reward, err := tasks.NewReward(rec.Task.Reward, task)
 	if err != nil {
 		return nil, fmt.Errorf("task %s reward: %w", rec.Task.Name, err)
 	}
+	// The reward may hold a process (a reward command): stopped by l.close,
+	// or here when the loop is not built.
+	built := false
+	defer func() {
+		if !built {
+			reward.Close()
+		}
+	}()
 	// The rollout model is the role that pushes its weights to the sampler.
 	rollout := l.primary
 	for _, r := range l.roles {
@@ -213,6 +225,7 @@ func newLoop(rec *schema.Recipe, opts RunOptions) (*loop, error) {
 			reward: reward, flow: rollout.flow}
 		l.eval = &evaluator{gen: l.gen, task: task}
 		l.rng = rand.NewPCG(uint64(k.Seed), 0x5a3b1e)
+		built = true
 		return l, nil
 	}
 	tok, err := roleTokenizer(rollout)
@@ -223,9 +236,13 @@ func newLoop(rec *schema.Recipe, opts RunOptions) (*loop, error) {
 	if err != nil {
 		return nil, fmt.Errorf("sampler: %w", err)
 	}
+	render := promptRenderer(tok)
+	if err := tasks.RenderPrompts(train, render); err != nil {
+		return nil, fmt.Errorf("task %s: %w", rec.Task.Name, err)
+	}
 	l.gen = &rolloutGen{rec: rec, kind: kind, role: l.primary.name(), feed: &feeder{train: train, seed: uint64(k.Seed)},
 		enc: encoder{tok: tok, maxPrompt: k.MaxPromptTokens}, reward: reward, sampler: sampler, tok: tok,
-		remax: k.EstimatorFor(l.primary.name()) == estimators.ReMax}
+		remax: k.EstimatorFor(l.primary.name()) == estimators.ReMax, render: render}
 	if t := l.primary.node.Role.InitString("teacher"); t != "" && l.byName[t] != nil {
 		if l.gen.teacher, err = runtime.NewSampler(l.backend, l.byName[t].model); err != nil {
 			return nil, fmt.Errorf("teacher sampler: %w", err)
@@ -236,12 +253,15 @@ func newLoop(rec *schema.Recipe, opts RunOptions) (*loop, error) {
 		l.gen.candidates = max(k.AggrevateCandidates, 1)
 		l.unit = l.gen.candidates
 	}
-	l.eval = newEvaluator(l.gen, task)
+	if l.eval, err = newEvaluator(l.gen, task); err != nil {
+		return nil, err
+	}
 	l.rng = rand.NewPCG(uint64(k.Seed), 0x5a3b1e)
 	l.gen.retried = l.logRetry
 	if opts.hooks != nil {
 		l.gen.fault = opts.hooks.rolloutFault
 	}
+	built = true
 	return l, nil
 }
 
@@ -292,6 +312,11 @@ func (l *loop) rowsPerStep() int {
 }
 
 func (l *loop) close() {
+	if l.gen != nil && l.gen.reward != nil {
+		if err := l.gen.reward.Close(); err != nil {
+			l.con.printf("reward: %v\n", err)
+		}
+	}
 	l.watch.close()
 	if l.dir != nil {
 		l.dir.Close()
@@ -424,7 +449,7 @@ func (l *loop) run(ctx context.Context, disk *schema.Recipe) (res *Result, err e
 	// The knobs are read afresh at every rollout: a hot reload at the
 	// boundary may have changed num_rollout, total_batches or a cadence.
 	for id := l.start; id < l.rec.Knobs.NumRollout; id++ {
-		if k := l.rec.Knobs; k.TotalBatches > 0 && l.state.Step >= k.TotalBatches {
+		if k := l.rec.Knobs; k.TotalBatches > 0 && l.state.Step >= k.TotalBatches || l.epochsDone() {
 			break
 		}
 		if err := l.rollout(id); err != nil {
@@ -434,10 +459,11 @@ func (l *loop) run(ctx context.Context, disk *schema.Recipe) (res *Result, err e
 		done = id
 		l.res.Rollouts++
 		n := id + 1 - l.start
-		eta := time.Duration(float64(time.Since(begin)) / float64(n) * float64(max(k.NumRollout-id-1, 0)))
-		l.con.progress(id, k.NumRollout, l.last, time.Since(begin), eta)
+		planned := l.plannedRollouts(k)
+		eta := time.Duration(float64(time.Since(begin)) / float64(n) * float64(max(planned-id-1, 0)))
+		l.con.progress(id, planned, l.last, time.Since(begin), eta)
 		interrupted := ctx.Err() != nil
-		last := id == k.NumRollout-1 || (k.TotalBatches > 0 && l.state.Step >= k.TotalBatches)
+		last := id == k.NumRollout-1 || (k.TotalBatches > 0 && l.state.Step >= k.TotalBatches) || l.epochsDone()
 		if (k.SaveEvery > 0 && (id+1)%k.SaveEvery == 0) || last || interrupted {
 			if err := l.save(id); err != nil {
 				return nil, err
@@ -550,7 +576,7 @@ func (l *loop) rollout(id int) error {
 	tUpd := time.Since(t)
 	l.res.Phases["update_weights"] += tUpd
 	var val map[string]float64
-	if k.EvalEvery > 0 && (id+1)%k.EvalEvery == 0 || id == k.NumRollout-1 {
+	if k.EvalEvery > 0 && (id+1)%k.EvalEvery == 0 || id == k.NumRollout-1 || l.epochsDone() {
 		if val, err = l.evaluate(id); err != nil {
 			return err
 		}
@@ -592,6 +618,34 @@ func (l *loop) rollout(id int) error {
 		l.last = base
 	}
 	return nil
+}
+
+// epochsDone reports whether the run has handed out total_epochs passes
+// over the train split (never when total_epochs is 0).
+func (l *loop) epochsDone() bool {
+	k := l.rec.Knobs
+	return k.TotalEpochs > 0 && l.gen != nil && l.gen.feed != nil &&
+		l.gen.feed.Cursor >= k.TotalEpochs*len(l.gen.feed.train)
+}
+
+// plannedRollouts is the number of rollouts the run expects under knobs k:
+// num_rollout, capped by total_epochs at ceil(total_epochs · train examples
+// / examples per rollout). Dynamic sampling may draw more examples per
+// rollout and end the epochs sooner; the loop stops on the data it has
+// really handed out (epochsDone).
+func (l *loop) plannedRollouts(k schema.Knobs) int {
+	n := k.NumRollout
+	per := max(k.RolloutBatchSize, 1)
+	switch l.kind {
+	case specializations.DataFlow:
+		per *= max(k.NSamplesPerPrompt, 1)
+	case specializations.DataFlowRL:
+		return n // the flow sampler draws no examples
+	}
+	if k.TotalEpochs > 0 && l.nTrain > 0 {
+		n = min(n, (k.TotalEpochs*l.nTrain+per-1)/per)
+	}
+	return n
 }
 
 func withoutStep(m map[string]float64) map[string]float64 {

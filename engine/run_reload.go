@@ -72,7 +72,7 @@ const (
 // unread. TestEveryHotKnobIsClassified keeps the table complete.
 func hotKnobUse(name string) (knobUse, string) {
 	switch name {
-	case "num_rollout", "total_batches", "num_train_passes",
+	case "num_rollout", "total_batches", "total_epochs", "num_train_passes",
 		"temperature", "top_p", "top_k",
 		"eval_every", "save_every", "keep_checkpoints", "log_episodes_every",
 		"n_val_samples_per_prompt", "correct_threshold",
@@ -392,12 +392,13 @@ func (l *loop) prepare(next *schema.Recipe) (func() error, error) {
 }
 
 // scheduleSteps is the number of optimizer steps the LR schedule spans
-// under knobs k: total_batches, or num_rollout × passes × steps per pass.
+// under knobs k: total_batches, or the planned rollouts (num_rollout,
+// capped by total_epochs) × passes × steps per pass.
 func (l *loop) scheduleSteps(k schema.Knobs) int {
 	if k.TotalBatches > 0 {
 		return k.TotalBatches
 	}
-	return k.NumRollout * max(k.NumTrainPasses, 1) * l.stepsPerPass(l.expectedRows(l.kind))
+	return l.plannedRollouts(k) * max(k.NumTrainPasses, 1) * l.stepsPerPass(l.expectedRows(l.kind))
 }
 
 // nextVersion is the number of the next recipe version: after every

@@ -135,7 +135,8 @@ func TestRunGRPOMetrics(t *testing.T) {
 	if len(tr) != 2 {
 		t.Fatalf("%d train records, want 2", len(tr))
 	}
-	for _, key := range []string{"reward/mean", "reward/std", "advantage/mean", "advantage/std", "actor/kl_loss",
+	for _, key := range []string{"reward/actor/mean", "reward/actor/std", "reward/actor/min", "reward/actor/max",
+		"reward/actor/correct_frac", "advantage/actor/mean", "advantage/actor/std", "advantage/actor/fraction_zero", "actor/kl_loss",
 		"actor/entropy", "actor/clipfrac", "actor/grad_norm", "actor/lr", "actor/loss", "perf/tokens_per_s",
 		"time/generate", "termination/stop_frac", "response_length/mean"} {
 		v := num(t, tr[1], key)
@@ -314,7 +315,7 @@ func TestRunPPOTrainsPolicyAndCritic(t *testing.T) {
 		t.Fatal(err)
 	}
 	tr := trainRecords(metrics(t, res.Dir))
-	for _, key := range []string{"policy/loss", "policy/kl_loss", "value/vf_loss", "value/grad_norm", "advantage/std"} {
+	for _, key := range []string{"policy/loss", "policy/kl_loss", "value/vf_loss", "value/grad_norm", "advantage/policy/std"} {
 		num(t, tr[len(tr)-1], key)
 	}
 	// Only trainable roles are checkpointed.
@@ -372,7 +373,8 @@ func TestRunFlowRecipes(t *testing.T) {
 			role := cat.Recipes[name].Roles[0].Name
 			num(t, tr[len(tr)-1], role+"/loss")
 			if name == "flow_grpo" {
-				num(t, tr[0], "reward/mean")
+				num(t, tr[0], "reward/"+role+"/mean")
+				num(t, tr[0], "advantage/"+role+"/std")
 				num(t, tr[0], role+"/clipfrac")
 			}
 			if _, err := os.Stat(filepath.Join(res.Dir, "checkpoints", "000001", role, "model.safetensors")); err != nil {
@@ -411,11 +413,11 @@ recipes: rm_grpo: {
 	}
 	tr := trainRecords(metrics(t, res.Dir))
 	// A random value head gives distinct real-valued rewards, never the task's 0/1.
-	if sd := num(t, tr[0], "reward/std"); sd == 0 {
-		t.Errorf("reward/std = 0: the reward role did not score the rollout")
+	if sd := num(t, tr[0], "reward/actor/std"); sd == 0 {
+		t.Errorf("reward/actor/std = 0: the reward role did not score the rollout")
 	}
-	if mx := num(t, tr[0], "reward/max"); mx == 1 || mx == 0 {
-		t.Errorf("reward/max = %g looks like the task reward", mx)
+	if mx := num(t, tr[0], "reward/actor/max"); mx == 1 || mx == 0 {
+		t.Errorf("reward/actor/max = %g looks like the task reward", mx)
 	}
 }
 

@@ -238,13 +238,8 @@ func (l *loop) trainFlow(r *role, rd *estimators.Rollout, opts specializations.B
 		if _, err := ac.ComputeAdvantages(rd); err != nil {
 			return nil, nil, fmt.Errorf("role %q advantages: %w", r.name(), err)
 		}
-		adv := rd.Row[estimators.KeyAdvantages]
-		s, ss := 0.0, 0.0
-		for _, a := range adv {
-			s, ss = s+a, ss+a*a
-		}
-		n := float64(len(adv))
-		extra = map[string]float64{"advantage/mean": s / n, "advantage/std": math.Sqrt(max(ss/n-s*s/n/n, 0))}
+		extra = map[string]float64{}
+		addMoments(extra, "advantage/"+r.name(), rd.Row[estimators.KeyAdvantages], true)
 	}
 	out, err := l.stepMiniBatches(r, rd, opts, r.flow.spec.PrepareBatch, r.flow.step)
 	return out, extra, err

@@ -1,6 +1,9 @@
 package schema
 
-import "fmt"
+import (
+	"fmt"
+	"strings"
+)
 
 // check is pass two: cross-field rules within one recipe that CUE cannot
 // state well (or states with positions in the schema instead of the
@@ -45,11 +48,15 @@ func (c *Catalog) check(r *Recipe) List {
 	if k.EvalOnly && !k.EvalBeforeTrain && k.EvalEvery == 0 {
 		at("knobs.eval_only", "eval_only with eval_before_train false and eval_every 0 would do nothing")
 	}
-	if r.Task.Name == "jsonl" && r.Task.Path == "" {
-		at("task.path", "task \"jsonl\" needs a path to a JSONL file")
+	dataset := r.Task.Name == "jsonl" || r.Task.Name == "json" || r.Task.Name == "parquet"
+	if dataset && r.Task.Path == "" {
+		at("task.path", "task %q needs a path to a %s file", r.Task.Name, strings.ToUpper(r.Task.Name))
 	}
-	if r.Task.Name != "jsonl" && r.Task.Path != "" {
-		at("task.path", "path is only read by task \"jsonl\" (task is %q)", r.Task.Name)
+	if !dataset && r.Task.Path != "" {
+		at("task.path", "path is only read by the dataset tasks \"jsonl\", \"json\" and \"parquet\" (task is %q)", r.Task.Name)
+	}
+	if !dataset && r.Task.ValidationPath != "" {
+		at("task.validation_path", "validation_path is only read by the dataset tasks (task is %q)", r.Task.Name)
 	}
 	return errs
 }

@@ -56,13 +56,17 @@ type Sync struct {
 
 // Task is the data and reward of a recipe.
 type Task struct {
-	Name           string   `json:"name"`
-	Path           string   `json:"path,omitempty"`
-	ValidationPath string   `json:"validation_path,omitempty"`
-	TrainSize      int      `json:"train_size"`
-	ValidationSize int      `json:"validation_size"`
-	Reward         []Reward `json:"reward"`
-	RewardRole     string   `json:"reward_role,omitempty"`
+	Name           string `json:"name"`
+	Path           string `json:"path,omitempty"`
+	ValidationPath string `json:"validation_path,omitempty"`
+	// ValidationSplit is the held-out fraction of the train file's prompts
+	// when ValidationPath is empty (0: the default 0.1).
+	ValidationSplit float64  `json:"validation_split"`
+	Columns         Columns  `json:"columns"`
+	TrainSize       int      `json:"train_size"`
+	ValidationSize  int      `json:"validation_size"`
+	Reward          []Reward `json:"reward"`
+	RewardRole      string   `json:"reward_role,omitempty"`
 }
 
 // Reward is one weighted reward function.
@@ -73,6 +77,28 @@ type Reward struct {
 	Pattern      string  `json:"pattern,omitempty"`
 	TargetLength int     `json:"target_length,omitempty"`
 	Scale        float64 `json:"scale"`
+	// Command, URL, Timeout (seconds), Retries and BatchSize configure the
+	// external rewards (fn "command" and "http").
+	Command   []string `json:"command,omitempty"`
+	URL       string   `json:"url,omitempty"`
+	Timeout   float64  `json:"timeout"`
+	Retries   int      `json:"retries"`
+	BatchSize int      `json:"batch_size"`
+}
+
+// Columns name the record fields of a dataset; an empty name takes the
+// field of the same name (Prompt "" reads "prompt").
+type Columns struct {
+	Prompt     string `json:"prompt"`
+	Messages   string `json:"messages"`
+	Answer     string `json:"answer"`
+	Completion string `json:"completion"`
+	Chosen     string `json:"chosen"`
+	Rejected   string `json:"rejected"`
+	Label      string `json:"label"`
+	ID         string `json:"id"`
+	DataSource string `json:"data_source"`
+	Metadata   string `json:"metadata"`
 }
 
 // Knobs are a recipe's numbers and switches; `stx knobs` documents each.
@@ -81,6 +107,7 @@ type Knobs struct {
 	Seed              int     `json:"seed"`
 	NumRollout        int     `json:"num_rollout"`
 	TotalBatches      int     `json:"total_batches"`
+	TotalEpochs       int     `json:"total_epochs"`
 	NumTrainPasses    int     `json:"num_train_passes"`
 	RolloutBatchSize  int     `json:"rollout_batch_size"`
 	NSamplesPerPrompt int     `json:"n_samples_per_prompt"`

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"os"
 	"slices"
 
 	"stx.dev/stx/schema"
@@ -51,20 +50,28 @@ func (s shape) kinds() []Kind {
 //	{"prompt", "chosen", "rejected"}     preference
 //	{"prompt", "completion", "label"}    KTO (Answer = completion, Label)
 //
-// Each record may add "id" (string or integer; default: a hash of the
-// prompt) and "data_source" (string; default "jsonl"); other fields are
-// ignored. Text fields are strings, label a bool, prompt non-empty. Mixed
-// shapes, bad JSON, missing fields and wrong types are errors naming
-// file:line.
+// The prompt may instead be chat messages, a list of {"role", "content"}
+// (in "messages", or as the value of "prompt"); a conversation whose last
+// message is the assistant's and that has no other target is an SFT
+// record with that message as the completion. Each record may add "id"
+// (string or integer; default: a hash of the prompt), "data_source"
+// (string; default "jsonl") and "metadata" (any JSON, for external
+// rewards); other fields are ignored. Text fields are strings, label a
+// bool, prompt non-empty. Mixed shapes, bad JSON, missing fields and wrong
+// types are errors naming file:line. LoadDataset reads other field names.
 func LoadJSONL(path string) ([]Example, error) {
 	exs, _, err := loadJSONL(path)
 	return exs, err
 }
 
 func loadJSONL(path string) ([]Example, shape, error) {
-	f, err := os.Open(path)
+	return loadJSONLCols(path, newColumns(schema.Columns{}))
+}
+
+func loadJSONLCols(path string, cols columns) ([]Example, shape, error) {
+	f, err := openDataFile(path)
 	if err != nil {
-		return nil, 0, fmt.Errorf("read dataset: %w", err)
+		return nil, 0, err
 	}
 	defer f.Close()
 	var (
@@ -74,7 +81,7 @@ func loadJSONL(path string) ([]Example, shape, error) {
 	)
 	rd := bufio.NewReader(f)
 	for lineNo := 1; ; lineNo++ {
-		line, rerr := rd.ReadBytes('\n')
+		line, rerr := readLine(rd, maxLineBytes)
 		if rerr != nil && !errors.Is(rerr, io.EOF) {
 			return nil, 0, fmt.Errorf("%s:%d: %w", path, lineNo, rerr)
 		}
@@ -82,7 +89,7 @@ func loadJSONL(path string) ([]Example, shape, error) {
 			line = bytes.TrimPrefix(line, []byte("\xef\xbb\xbf")) // UTF-8 BOM
 		}
 		if len(bytes.TrimSpace(line)) > 0 {
-			ex, s, err := parseRecord(line)
+			ex, s, err := parseRecord(line, cols)
 			if err != nil {
 				return nil, 0, fmt.Errorf("%s:%d: %w", path, lineNo, err)
 			}
@@ -104,8 +111,27 @@ func loadJSONL(path string) ([]Example, shape, error) {
 	return exs, fileShape, nil
 }
 
+// maxLineBytes bounds one JSONL record: a multi-gigabyte file without a
+// newline is refused instead of filling memory.
+const maxLineBytes = 64 << 20
+
+// readLine reads one line (with its '\n'), at most max bytes of it.
+func readLine(rd *bufio.Reader, max int) ([]byte, error) {
+	var line []byte
+	for {
+		part, err := rd.ReadSlice('\n')
+		if len(line)+len(part) > max {
+			return nil, fmt.Errorf("line longer than %d MiB", max>>20)
+		}
+		line = append(line, part...)
+		if !errors.Is(err, bufio.ErrBufferFull) {
+			return line, err
+		}
+	}
+}
+
 // parseRecord decodes one JSONL line into an example and its shape.
-func parseRecord(line []byte) (Example, shape, error) {
+func parseRecord(line []byte, cols columns) (Example, shape, error) {
 	dec := json.NewDecoder(bytes.NewReader(line))
 	dec.UseNumber() // integer ids stay exact
 	var v any
@@ -119,98 +145,13 @@ func parseRecord(line []byte) (Example, shape, error) {
 	if !ok {
 		return Example{}, 0, fmt.Errorf("record is a JSON %s, want an object", jsonType(v))
 	}
-	has := func(k string) bool { _, ok := rec[k]; return ok }
-	var s shape
-	switch {
-	case has("chosen") || has("rejected"):
-		s = shapePreference
-		if k := firstOf(rec, "answer", "completion", "label"); k != "" {
-			return Example{}, 0, fmt.Errorf("record mixes chosen/rejected with %q", k)
-		}
-	case has("label"):
-		s = shapeKTO
-		if has("answer") {
-			return Example{}, 0, errors.New(`record mixes "label" with "answer" (KTO records have "completion")`)
-		}
-	case has("completion"):
-		s = shapeSFT
-		if has("answer") {
-			return Example{}, 0, errors.New(`record has both "answer" and "completion"`)
-		}
-	case has("answer"):
-		s = shapeRL
-	default:
-		return Example{}, 0, errors.New(`record has no "answer", "completion" or "chosen"/"rejected" field`)
-	}
-	var ex Example
-	var err error
-	str := func(k string, dst *string) {
-		if err != nil {
-			return
-		}
-		x, ok := rec[k]
-		if !ok {
-			err = fmt.Errorf("%s record has no %q field", s, k)
-			return
-		}
-		if *dst, ok = x.(string); !ok {
-			err = fmt.Errorf("field %q is a JSON %s, want a string", k, jsonType(x))
-		}
-	}
-	str("prompt", &ex.Prompt)
-	switch s {
-	case shapeRL:
-		str("answer", &ex.Answer)
-	case shapeSFT, shapeKTO:
-		str("completion", &ex.Answer)
-	case shapePreference:
-		str("chosen", &ex.Chosen)
-		str("rejected", &ex.Rejected)
-	}
-	if err != nil {
-		return Example{}, 0, err
-	}
-	if ex.Prompt == "" {
-		return Example{}, 0, errors.New(`field "prompt" is empty`)
-	}
-	if s == shapeKTO {
-		if ex.Label, ok = rec["label"].(bool); !ok {
-			return Example{}, 0, fmt.Errorf(`field "label" is a JSON %s, want a bool`, jsonType(rec["label"]))
-		}
-		ex.HasLabel = true
-	}
-	switch id := rec["id"].(type) {
-	case nil:
-		if has("id") {
-			return Example{}, 0, errors.New(`field "id" is null, want a string or an integer`)
-		}
-		ex.ID = promptID(ex.Prompt)
-	case string:
-		if id == "" {
-			return Example{}, 0, errors.New(`field "id" is empty`)
-		}
-		ex.ID = id
-	case json.Number:
-		if _, err := id.Int64(); err != nil {
-			return Example{}, 0, fmt.Errorf(`field "id" is %s, want a string or an integer`, id)
-		}
-		ex.ID = id.String()
-	default:
-		return Example{}, 0, fmt.Errorf(`field "id" is a JSON %s, want a string or an integer`, jsonType(id))
-	}
-	ex.DataSource = "jsonl"
-	if has("data_source") {
-		if ex.DataSource, ok = rec["data_source"].(string); !ok {
-			return Example{}, 0, fmt.Errorf(`field "data_source" is a JSON %s, want a string`, jsonType(rec["data_source"]))
-		}
-	}
-	return ex, s, nil
+	return parseFields(rec, cols, "jsonl")
 }
 
 // firstOf returns the first of keys present in rec, or "".
 func firstOf(rec map[string]any, keys ...string) string {
 	for _, k := range keys {
-		if _, ok := rec[k]; ok {
+		if _, ok := lookup(rec, k); ok {
 			return k
 		}
 	}
@@ -235,37 +176,75 @@ func jsonType(v any) string {
 	}
 }
 
-// jsonlTask is the "jsonl" task: a user dataset with a held-out split.
-type jsonlTask struct {
+// datasetTask is a user dataset (the jsonl, json and parquet tasks) with
+// a held-out split.
+type datasetTask struct {
+	name       string
 	shape      shape
 	train, val []Example
 }
 
-// newJSONLTask reads task.path and task.validation_path. Without a
-// validation file it holds out about 10% of the distinct prompts (at least
-// one), chosen with the seed; splitting by prompt rather than by record
-// keeps a prompt's several records (preference pairs, KTO completions) on
-// one side. train_size and validation_size do not apply: every record is
-// used. Relative paths are taken as given (relative to the working
-// directory); the caller resolves them against the recipe if it wants to.
-func newJSONLTask(t schema.Task, k schema.Knobs) (Task, error) {
-	seed := k.Seed
-	if t.Path == "" {
-		return nil, errors.New(`the "jsonl" task needs a path`)
+// datasetLoader reads one file of a dataset format.
+type datasetLoader func(path string, cols columns) ([]Example, shape, error)
+
+// datasetLoaders are the dataset formats by task name.
+var datasetLoaders = map[string]datasetLoader{
+	"jsonl":   loadJSONLCols,
+	"json":    loadJSONCols,
+	"parquet": loadParquetCols,
+}
+
+// LoadDataset reads a dataset file of format ("jsonl", "json" or
+// "parquet") with the given field names (empty ones take the defaults).
+func LoadDataset(format, path string, cols schema.Columns) ([]Example, error) {
+	load, ok := datasetLoaders[format]
+	if !ok {
+		return nil, fmt.Errorf("unknown dataset format %q (known: jsonl, json, parquet)", format)
 	}
-	train, s, err := loadJSONL(t.Path)
+	exs, _, err := load(path, newColumns(cols))
+	return exs, err
+}
+
+// newDatasetFactory is the Factory of a dataset format. It reads task.path
+// and task.validation_path. Without a validation file it holds out
+// validation_split (default 0.1) of the distinct prompts (at least one),
+// chosen with the seed; splitting by prompt rather than by record keeps a
+// prompt's several records (preference pairs, KTO completions) on one
+// side. train_size and validation_size do not apply: every record is used.
+// Relative paths are taken as given (relative to the working directory).
+func newDatasetFactory(name string) Factory {
+	return func(t schema.Task, k schema.Knobs) (Task, error) {
+		return newDatasetTask(name, t, k)
+	}
+}
+
+func newDatasetTask(name string, t schema.Task, k schema.Knobs) (Task, error) {
+	seed := k.Seed
+	load := datasetLoaders[name]
+	if t.Path == "" {
+		return nil, fmt.Errorf("the %q task needs a path", name)
+	}
+	cols := newColumns(t.Columns)
+	train, s, err := load(t.Path, cols)
 	if err != nil {
 		return nil, err
 	}
 	if t.ValidationPath != "" {
-		val, vs, err := loadJSONL(t.ValidationPath)
+		val, vs, err := load(t.ValidationPath, cols)
 		if err != nil {
 			return nil, err
 		}
 		if vs != s {
 			return nil, fmt.Errorf("%s is %s but %s is %s", t.ValidationPath, vs, t.Path, s)
 		}
-		return &jsonlTask{shape: s, train: train, val: val}, nil
+		return &datasetTask{name: name, shape: s, train: train, val: val}, nil
+	}
+	split := t.ValidationSplit
+	if split == 0 {
+		split = 0.1
+	}
+	if !(split > 0 && split < 1) {
+		return nil, fmt.Errorf("validation_split %g must be in (0, 1)", split)
 	}
 	var prompts []string
 	seen := map[string]bool{}
@@ -278,13 +257,14 @@ func newJSONLTask(t schema.Task, k schema.Knobs) (Task, error) {
 	if len(prompts) < 2 {
 		return nil, fmt.Errorf("%s: %d distinct prompt(s): too few to hold out a validation split; give validation_path", t.Path, len(prompts))
 	}
-	nVal := max(1, int(math.Round(0.1*float64(len(prompts)))))
+	nVal := min(max(1, int(math.Round(split*float64(len(prompts))))), len(prompts)-1)
+	// The "jsonl" stream name keeps the splits of existing runs.
 	r := newRand("jsonl", seed)
 	held := map[string]bool{}
 	for _, i := range r.Perm(len(prompts))[:nVal] {
 		held[prompts[i]] = true
 	}
-	task := &jsonlTask{shape: s}
+	task := &datasetTask{name: name, shape: s}
 	for _, ex := range train { // file order is kept within each split
 		if held[ex.Prompt] {
 			task.val = append(task.val, ex)
@@ -295,8 +275,12 @@ func newJSONLTask(t schema.Task, k schema.Knobs) (Task, error) {
 	return task, nil
 }
 
-func (t *jsonlTask) Name() string                 { return "jsonl" }
-func (t *jsonlTask) Kinds() []Kind                { return t.shape.kinds() }
-func (t *jsonlTask) Train() []Example             { return slices.Clone(t.train) }
-func (t *jsonlTask) Validation() []Example        { return slices.Clone(t.val) }
-func (t *jsonlTask) DefaultReward() schema.Reward { return exactMatch }
+func (t *datasetTask) Name() string                 { return t.name }
+func (t *datasetTask) Kinds() []Kind                { return t.shape.kinds() }
+func (t *datasetTask) Train() []Example             { return cloneExamples(t.train) }
+func (t *datasetTask) Validation() []Example        { return cloneExamples(t.val) }
+func (t *datasetTask) DefaultReward() schema.Reward { return exactMatch }
+func (t *datasetTask) verifiedByTerms()             {}
+
+// cloneExamples copies a split so that callers may re-render prompts.
+func cloneExamples(exs []Example) []Example { return slices.Clone(exs) }

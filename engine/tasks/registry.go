@@ -43,7 +43,9 @@ func init() {
 		"mixture2d": func(t schema.Task, k schema.Knobs) (Task, error) {
 			return NewMixture2D(MixtureConfig{}, t.TrainSize, t.ValidationSize, k.Seed)
 		},
-		"jsonl": newJSONLTask,
+		"jsonl":   newDatasetFactory("jsonl"),
+		"json":    newDatasetFactory("json"),
+		"parquet": newDatasetFactory("parquet"),
 	} {
 		if err := Register(name, f); err != nil {
 			panic(err)

@@ -20,33 +20,65 @@ type RewardFunc func(completion string, ex Example) float64
 var rewardBuilders = map[string]func(schema.Reward) (RewardFunc, error){
 	"exact_match":    buildExactMatch,
 	"numeric_match":  buildNumericMatch,
+	"math":           buildMath,
+	"contains":       buildContains,
 	"regex":          buildRegex,
 	"format":         buildFormat,
+	"think_format":   buildThinkFormat,
 	"length_penalty": buildLengthPenalty,
+}
+
+// externalBuilders start the rewards computed outside stx (external.go).
+var externalBuilders = map[string]func(schema.Reward) (BatchScorer, error){
+	"command": newCommandScorer,
+	"http":    newHTTPScorer,
 }
 
 // RewardNames are the reward function names, in the schema's order.
 func RewardNames() []string {
-	return []string{"exact_match", "numeric_match", "regex", "format", "length_penalty"}
+	return []string{"exact_match", "numeric_match", "math", "contains", "regex", "format",
+		"think_format", "length_penalty", "command", "http"}
+}
+
+// BatchScorer is a reward computed outside stx: it scores a batch of
+// completions at once and holds a resource (a process, a connection pool)
+// that Close releases.
+type BatchScorer interface {
+	// ScoreBatch returns one unweighted reward per completion.
+	ScoreBatch(completions []string, exs []Example) ([]float64, error)
+	Close() error
 }
 
 // NewRewardFunc builds the unweighted function of one reward term:
 //
 //   - exact_match: 1 when the completion equals the example's Answer after
 //     trimming surrounding whitespace from both, else 0;
-//   - numeric_match: 1 when the first number in the completion is within
-//     tolerance (absolute) of the first number in the Answer, else 0 (also
-//     when either has none). Numbers are decimal, optionally signed, with
-//     an optional fraction and exponent; U+2212 (−) counts as a minus sign;
-//     a thousands separator ends a number ("1,000" reads 1);
+//   - numeric_match: 1 when the final number of the completion is within
+//     tolerance (absolute) of the Answer's, else 0 (also when either has
+//     none). The final number is the marked answer (ExtractAnswer: the
+//     <answer> block, \boxed{…}, the text after GSM8K's "####") when there
+//     is one, else the last number of the text; numbers are decimal,
+//     optionally signed, with thousands separators ("1,234"), a fraction
+//     part, an exponent, or a/b and \frac{a}{b}; U+2212 (−) is a minus;
+//   - math: 1 when the completion's final answer (ExtractAnswer) equals
+//     the Answer's marked answer, or the whole Answer (MathEqual: numbers
+//     by value within tolerance, percentages, LaTeX display noise and
+//     trailing units ignored), else 0;
+//   - contains: 1 when the completion contains pattern, or the trimmed
+//     Answer when pattern is empty, else 0;
 //   - regex: 1 when pattern (RE2 syntax) matches somewhere, else 0;
 //   - format: 1 when pattern matches the whole completion, else 0;
+//   - think_format: 1 when the completion is "<think>…</think>" then
+//     "<answer>…</answer>" (whitespace around and between allowed), else 0;
 //   - length_penalty: −scale·|len − target_length|/target_length, where len
 //     counts characters (code points), the same for every tokenizer.
 //
 // Bad patterns, a missing target_length and negative or non-finite
 // parameters are errors.
 func NewRewardFunc(term schema.Reward) (RewardFunc, error) {
+	if _, ok := externalBuilders[term.Fn]; ok {
+		return nil, fmt.Errorf("reward %s is external: build it with NewReward", term.Fn)
+	}
 	b, ok := rewardBuilders[term.Fn]
 	if !ok {
 		return nil, fmt.Errorf("unknown reward function %q (known: %s)", term.Fn, strings.Join(RewardNames(), ", "))
@@ -70,9 +102,43 @@ func buildNumericMatch(term schema.Reward) (RewardFunc, error) {
 		return nil, fmt.Errorf("tolerance %g must be finite and ≥ 0", tol)
 	}
 	return func(c string, ex Example) float64 {
-		x, ok1 := FirstNumber(c)
-		a, ok2 := FirstNumber(ex.Answer)
+		x, ok1 := FinalNumber(c)
+		a, ok2 := FinalNumber(ex.Answer)
 		return indicator(ok1 && ok2 && math.Abs(x-a) <= tol)
+	}, nil
+}
+
+func buildMath(term schema.Reward) (RewardFunc, error) {
+	tol := term.Tolerance
+	if !(tol >= 0) || math.IsInf(tol, 0) {
+		return nil, fmt.Errorf("tolerance %g must be finite and ≥ 0", tol)
+	}
+	return func(c string, ex Example) float64 {
+		pred, ok := ExtractAnswer(c)
+		return indicator(ok && MathEqual(pred, referenceAnswer(ex.Answer), tol))
+	}, nil
+}
+
+func buildContains(term schema.Reward) (RewardFunc, error) {
+	want := term.Pattern
+	return func(c string, ex Example) float64 {
+		w := want
+		if w == "" {
+			if w = strings.TrimSpace(ex.Answer); w == "" {
+				return 0
+			}
+		}
+		return indicator(strings.Contains(c, w))
+	}, nil
+}
+
+// thinkFormatRE is the think/answer template of reasoning recipes.
+var thinkFormatRE = regexp.MustCompile(`(?s)\A\s*<think>.*?</think>\s*<answer>.*?</answer>\s*\z`)
+
+func buildThinkFormat(schema.Reward) (RewardFunc, error) {
+	return func(c string, _ Example) float64 {
+		// One block each: a second <answer> would make the parse ambiguous.
+		return indicator(thinkFormatRE.MatchString(c) && strings.Count(c, "<answer>") == 1 && strings.Count(c, "<think>") == 1)
 	}, nil
 }
 
@@ -118,6 +184,18 @@ func indicator(b bool) float64 {
 // fraction (or a bare fraction), optional exponent.
 var numberRE = regexp.MustCompile(`[-+]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][-+]?[0-9]+)?`)
 
+// FinalNumber is the value of s's final answer (ExtractAnswer) read as a
+// number (normalised as MathEqual does; "50%" reads 50); false when s has
+// no answer or it is not a number.
+func FinalNumber(s string) (float64, bool) {
+	a, ok := ExtractAnswer(s)
+	if !ok {
+		return 0, false
+	}
+	v, _, ok := parseMathNumber(normalizeMath(a))
+	return v, ok
+}
+
 // FirstNumber parses the first number in s (see NewRewardFunc for the
 // syntax); false when s has none. Out-of-range values are ±Inf.
 func FirstNumber(s string) (float64, bool) {
@@ -134,22 +212,43 @@ func FirstNumber(s string) (float64, bool) {
 	return x, true
 }
 
+// verifiedByTerms is implemented by tasks whose correctness test is the
+// recipe's first verifier term when it has one (the datasets).
+type verifiedByTerms interface{ verifiedByTerms() }
+
+// verifiers are the reward functions that say right or wrong about the
+// answer itself (not its form or length).
+var verifiers = map[string]bool{"exact_match": true, "numeric_match": true, "math": true, "contains": true}
+
 // Reward scores completions with a recipe's weighted reward terms and
 // tells whether they are correct by the task's own test.
 type Reward struct {
-	terms   []RewardFunc
-	weights []float64
+	terms   []rewardTerm
 	correct RewardFunc
 	points  PointScorer
+}
+
+// rewardTerm is one weighted term: a function of one completion, or an
+// external scorer of batches.
+type rewardTerm struct {
+	fn     string
+	weight float64
+	local  RewardFunc
+	batch  BatchScorer
 }
 
 // NewReward builds the reward of a recipe's task section for task:
 // the weighted sum of terms, or the task's default reward when terms is
 // empty (Rewarded.DefaultReward: numeric_match for arithmetic, exact_match
-// for sorting, reverse and JSONL; exact_match for a nil task or one without
-// a default). Correctness is always the default term's test (its value is
-// 1), independent of shaping terms. Weights are used as given (a term
-// built in Go without one weighs 0; recipes get the schema's 1.0).
+// for sorting, reverse and the datasets; exact_match for a nil task or one
+// without a default). Correctness is the default term's test (its value is
+// 1), independent of shaping terms; a dataset, which has no test of its
+// own, takes the first of exact_match, numeric_match, math or contains
+// among the terms when there is one. Weights are used as given (a
+// term built in Go without one weighs 0; recipes get the schema's 1.0).
+//
+// External terms (command, http) start here: the command's process is
+// started once and serves the whole run; Close stops it.
 //
 // A continuous task (a PointScorer such as mixture2d) takes no terms: its
 // reward is ScorePoint, and Score of a text completion is (0, false).
@@ -167,6 +266,16 @@ func NewReward(terms []schema.Reward, task Task) (*Reward, error) {
 	if def.Fn == "length_penalty" {
 		return nil, fmt.Errorf("task %q: default reward length_penalty has no notion of correct", task.Name())
 	}
+	if _, ok := task.(verifiedByTerms); ok {
+		// A dataset has no test of its own: the recipe's first verifier
+		// term (math on GSM8K, say) decides what is correct.
+		for _, t := range terms {
+			if verifiers[t.Fn] {
+				def = t
+				break
+			}
+		}
+	}
 	correct, err := NewRewardFunc(def)
 	if err != nil {
 		return nil, fmt.Errorf("default reward: %w", err)
@@ -177,28 +286,108 @@ func NewReward(terms []schema.Reward, task Task) (*Reward, error) {
 	}
 	for i, term := range terms {
 		if math.IsNaN(term.Weight) || math.IsInf(term.Weight, 0) {
+			r.Close()
 			return nil, fmt.Errorf("reward term %d (%s): weight %g is not finite", i, term.Fn, term.Weight)
 		}
-		f, err := NewRewardFunc(term)
+		t := rewardTerm{fn: term.Fn, weight: term.Weight}
+		if b, ok := externalBuilders[term.Fn]; ok {
+			t.batch, err = b(term)
+		} else {
+			t.local, err = NewRewardFunc(term)
+		}
 		if err != nil {
+			r.Close()
 			return nil, fmt.Errorf("reward term %d: %w", i, err)
 		}
-		r.terms = append(r.terms, f)
-		r.weights = append(r.weights, term.Weight)
+		r.terms = append(r.terms, t)
 	}
 	return r, nil
 }
 
 // Score returns the weighted reward of a completion of ex and whether it
-// is correct by the task's default test.
+// is correct by the task's default test. It is ScoreBatch of one
+// completion; an external term's error makes the reward NaN (use
+// ScoreBatch to see the error).
 func (r *Reward) Score(completion string, ex Example) (reward float64, correct bool) {
 	if r.points != nil {
 		return 0, false
 	}
-	for i, f := range r.terms {
-		reward += r.weights[i] * f(completion, ex)
+	rs, cs, err := r.ScoreBatch([]string{completion}, []Example{ex})
+	if err != nil {
+		return math.NaN(), false
 	}
-	return reward, r.correct(completion, ex) == 1
+	return rs[0], cs[0]
+}
+
+// ScoreBatch scores completions[i] of exs[i]: the weighted rewards and the
+// default test's verdicts. External terms see the whole batch in one call
+// (one HTTP request per batch_size, the command's requests pipelined).
+func (r *Reward) ScoreBatch(completions []string, exs []Example) (rewards []float64, correct []bool, err error) {
+	rewards, correct, _, err = r.ScoreTerms(completions, exs)
+	return rewards, correct, err
+}
+
+// ScoreTerms is ScoreBatch that also returns each term's unweighted values
+// (terms[j][i] is term j of completion i; TermNames names them).
+func (r *Reward) ScoreTerms(completions []string, exs []Example) (rewards []float64, correct []bool, terms [][]float64, err error) {
+	if len(completions) != len(exs) {
+		return nil, nil, nil, fmt.Errorf("score: %d completions for %d examples", len(completions), len(exs))
+	}
+	rewards = make([]float64, len(completions))
+	correct = make([]bool, len(completions))
+	if r.points != nil {
+		return rewards, correct, nil, nil
+	}
+	for _, t := range r.terms {
+		vs := make([]float64, len(completions))
+		if t.batch != nil {
+			if vs, err = t.batch.ScoreBatch(completions, exs); err != nil {
+				return nil, nil, nil, fmt.Errorf("reward %s: %w", t.fn, err)
+			}
+			if len(vs) != len(completions) {
+				return nil, nil, nil, fmt.Errorf("reward %s: %d rewards for %d completions", t.fn, len(vs), len(completions))
+			}
+		} else {
+			for i, c := range completions {
+				vs[i] = t.local(c, exs[i])
+			}
+		}
+		for i, v := range vs {
+			rewards[i] += t.weight * v
+		}
+		terms = append(terms, vs)
+	}
+	for i, c := range completions {
+		correct[i] = r.correct(c, exs[i]) == 1
+	}
+	return rewards, correct, terms, nil
+}
+
+// TermNames name the reward's terms for metrics: the function names, with
+// "_2", "_3", … on repeats ("regex", "regex_2").
+func (r *Reward) TermNames() []string {
+	seen := map[string]int{}
+	names := make([]string, len(r.terms))
+	for j, t := range r.terms {
+		seen[t.fn]++
+		names[j] = t.fn
+		if n := seen[t.fn]; n > 1 {
+			names[j] = fmt.Sprintf("%s_%d", t.fn, n)
+		}
+	}
+	return names
+}
+
+// Close releases the external terms (stops reward commands). It is safe to
+// call more than once and on a reward without external terms.
+func (r *Reward) Close() error {
+	var errs []error
+	for _, t := range r.terms {
+		if t.batch != nil {
+			errs = append(errs, t.batch.Close())
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // Continuous reports whether the reward scores points (ScorePoint) rather

@@ -14,9 +14,11 @@
 //   - reverse: "reverse abc:" → "cba" (ReverseConfig; exact_match);
 //   - mixture2d: 2-D points of a Gaussian mixture (MixtureConfig; reward
 //     Mixture.ScorePoint);
-//   - jsonl: the records of task.path (LoadJSONL), validated against
-//     task.validation_path or a seeded 10% of the prompts; train_size and
-//     validation_size do not apply (every record is used).
+//   - jsonl, json, parquet: the records of task.path in that format
+//     (LoadJSONL, LoadJSON, LoadParquet; task.columns names the fields),
+//     validated against task.validation_path or a seeded validation_split
+//     (10%) of the prompts; train_size and validation_size do not apply
+//     (every record is used).
 //
 // Synthetic splits are sized by train_size and validation_size, drawn from
 // the run's seed, and disjoint: no validation prompt appears in train.
@@ -28,6 +30,7 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"slices"
 
@@ -85,6 +88,13 @@ type Example struct {
 	DataSource string
 	// Point is a data point of a continuous task (mixture2d: 2 values).
 	Point []float32
+	// Messages is the prompt as chat messages when the dataset gave it so;
+	// Prompt is then their rendering (PlainRenderer until the engine
+	// renders them with the model's chat template, RenderPrompts).
+	Messages []Message
+	// Metadata is the record's metadata field as JSON, passed to external
+	// rewards (nil when absent).
+	Metadata json.RawMessage
 }
 
 // Task is a named dataset with seeded train and validation splits.

@@ -1,0 +1,453 @@
+package tasks
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"os/exec"
+	"strings"
+	"sync"
+	"time"
+
+	"stx.dev/stx/schema"
+)
+
+// External rewards. Two transports, both scoring whole batches:
+//
+// command (fn "command"): a long-lived process, started once when the run
+// builds its reward and stopped by Reward.Close. stx writes one JSON object
+// per line on its stdin for every completion of a batch,
+//
+//	{"prompt": "...", "completion": "...", "answer": "...", "metadata": <any>,
+//	 "id": "...", "data_source": "..."}
+//
+// and reads one reply line per request, in the same order, from its stdout:
+//
+//	{"reward": 0.5}            or            {"error": "why"}
+//
+// Requests are pipelined (all of a batch are written while replies are
+// read), so the command may answer as it reads. Diagnostics go to stderr:
+// stx keeps its last lines for error messages. Each reply must come within
+// timeout seconds; after a timeout or a crash stx restarts the command and
+// sends the unanswered requests again, at most retries times per request.
+// An {"error"} reply or a line that is not a reply ends the run (a protocol
+// fault is not transient).
+//
+// http (fn "http"): OpenRLHF's remote reward-model convention. stx POSTs
+// batch_size completions (0: the whole batch) as
+//
+//	{"query": [prompt+completion, ...], "prompts": [prompt, ...], "labels": [answer, ...]}
+//
+// with Content-Type application/json and expects {"rewards": [r, ...]}, one
+// number per query (other keys are ignored). Network errors, timeouts, 429
+// and 5xx answers are retried with exponential backoff (0.5 s, 1 s, 2 s, …,
+// capped at 8 s); other statuses and malformed answers are errors at once.
+
+// commandRequest is one line stx writes to a reward command.
+type commandRequest struct {
+	Prompt     string          `json:"prompt"`
+	Completion string          `json:"completion"`
+	Answer     string          `json:"answer"`
+	Metadata   json.RawMessage `json:"metadata"`
+	ID         string          `json:"id"`
+	DataSource string          `json:"data_source"`
+}
+
+// commandReply is one line a reward command writes back.
+type commandReply struct {
+	Reward *float64 `json:"reward"`
+	Error  string   `json:"error"`
+}
+
+// commandScorer runs a reward command (see above).
+type commandScorer struct {
+	argv    []string
+	timeout time.Duration
+	retries int
+
+	mu   sync.Mutex
+	proc *rewardProc // nil when not running
+}
+
+// rewardProc is one running instance of a reward command.
+type rewardProc struct {
+	cmd     *exec.Cmd
+	stdin   io.WriteCloser
+	lines   chan []byte   // stdout lines; closed at EOF
+	exited  chan struct{} // closed once the process has been waited for
+	stderr  *tailWriter
+	waitErr error
+}
+
+func newCommandScorer(term schema.Reward) (BatchScorer, error) {
+	if len(term.Command) == 0 || term.Command[0] == "" {
+		return nil, errors.New("needs a command (the program and its arguments)")
+	}
+	timeout, err := termTimeout(term)
+	if err != nil {
+		return nil, err
+	}
+	if term.Retries < 0 {
+		return nil, fmt.Errorf("retries %d must be ≥ 0", term.Retries)
+	}
+	s := &commandScorer{argv: term.Command, timeout: timeout, retries: term.Retries}
+	// Start now: a missing program is a configuration error, found before
+	// any rollout.
+	if s.proc, err = s.start(); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+func termTimeout(term schema.Reward) (time.Duration, error) {
+	t := term.Timeout
+	if t == 0 {
+		t = 30
+	}
+	if !(t > 0) || math.IsInf(t, 0) || t > 1e6 {
+		return 0, fmt.Errorf("timeout %g s must be > 0 and finite", term.Timeout)
+	}
+	return time.Duration(t * float64(time.Second)), nil
+}
+
+func (s *commandScorer) start() (*rewardProc, error) {
+	cmd := exec.Command(s.argv[0], s.argv[1:]...)
+	p := &rewardProc{cmd: cmd, lines: make(chan []byte, 64), exited: make(chan struct{}), stderr: &tailWriter{max: 4096}}
+	cmd.Stderr = p.stderr
+	// A command that leaves a child holding its pipes must not hang Wait.
+	cmd.WaitDelay = time.Second
+	var err error
+	if p.stdin, err = cmd.StdinPipe(); err != nil {
+		return nil, fmt.Errorf("command %q: %w", s.argv[0], err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, fmt.Errorf("command %q: %w", s.argv[0], err)
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start reward command %q: %w", s.argv[0], err)
+	}
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		sc.Buffer(make([]byte, 64<<10), 16<<20)
+		for sc.Scan() {
+			if len(bytes.TrimSpace(sc.Bytes())) == 0 {
+				continue
+			}
+			p.lines <- bytes.Clone(sc.Bytes())
+		}
+		close(p.lines)
+		p.waitErr = cmd.Wait()
+		close(p.exited)
+	}()
+	return p, nil
+}
+
+// stop kills the process and waits for it.
+func (p *rewardProc) stop() {
+	p.stdin.Close()
+	_ = p.cmd.Process.Kill()
+	for range p.lines { // drain so the reader can reach Wait
+	}
+	<-p.exited
+}
+
+// errTransient marks failures worth a restart: a timeout or a crash.
+type errTransient struct{ err error }
+
+func (e errTransient) Error() string { return e.err.Error() }
+func (e errTransient) Unwrap() error { return e.err }
+
+func (s *commandScorer) ScoreBatch(completions []string, exs []Example) ([]float64, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]float64, len(completions))
+	reqs := make([][]byte, len(completions))
+	for i, c := range completions {
+		meta := exs[i].Metadata
+		if len(meta) == 0 {
+			meta = json.RawMessage("null")
+		}
+		b, err := json.Marshal(commandRequest{Prompt: exs[i].Prompt, Completion: c, Answer: exs[i].Answer,
+			Metadata: meta, ID: exs[i].ID, DataSource: exs[i].DataSource})
+		if err != nil {
+			return nil, fmt.Errorf("encode request %d: %w", i, err)
+		}
+		reqs[i] = append(b, '\n')
+	}
+	done, attempt := 0, 0
+	for done < len(reqs) {
+		if s.proc == nil {
+			p, err := s.start()
+			if err != nil {
+				return nil, err
+			}
+			s.proc = p
+		}
+		n, err := s.serve(reqs[done:], out[done:])
+		if n > 0 {
+			done, attempt = done+n, 0
+		}
+		if err == nil {
+			continue
+		}
+		// Stopped first: its stderr is complete once it has been waited for.
+		s.proc.stop()
+		tail := s.proc.stderr.String()
+		s.proc = nil
+		var tr errTransient
+		transient := errors.As(err, &tr)
+		if !transient || attempt >= s.retries {
+			how := ""
+			if transient {
+				how = fmt.Sprintf(" (after %d retries)", attempt)
+			}
+			return nil, fmt.Errorf("command %q, request %d of %d%s: %w%s",
+				s.argv[0], done+1, len(reqs), how, err, stderrNote(tail))
+		}
+		attempt++ // restart on the next turn
+	}
+	return out, nil
+}
+
+// serve sends reqs and reads their replies into out; it returns how many
+// were answered before an error.
+func (s *commandScorer) serve(reqs [][]byte, out []float64) (int, error) {
+	p := s.proc
+	go func() {
+		// Write errors show up as a closed stdout on the reading side.
+		for _, r := range reqs {
+			if _, err := p.stdin.Write(r); err != nil {
+				return
+			}
+		}
+	}()
+	timer := time.NewTimer(s.timeout)
+	defer timer.Stop()
+	for i := range reqs {
+		timer.Reset(s.timeout)
+		var line []byte
+		select {
+		case l, ok := <-p.lines:
+			if !ok {
+				<-p.exited
+				how := "exited"
+				if p.waitErr != nil {
+					how = p.waitErr.Error()
+				}
+				return i, errTransient{fmt.Errorf("command stopped before replying (%s)", how)}
+			}
+			line = l
+		case <-timer.C:
+			return i, errTransient{fmt.Errorf("no reply within %s", s.timeout)}
+		}
+		var rep commandReply
+		dec := json.NewDecoder(bytes.NewReader(line))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&rep); err != nil {
+			return i, fmt.Errorf("reply %q is not {\"reward\": number} or {\"error\": text}: %v", clip(line, 200), err)
+		}
+		if rep.Error != "" {
+			return i, fmt.Errorf("command reported: %s", rep.Error)
+		}
+		if rep.Reward == nil {
+			return i, fmt.Errorf("reply %q has no \"reward\"", clip(line, 200))
+		}
+		out[i] = *rep.Reward
+	}
+	return len(reqs), nil
+}
+
+// Close ends the command: EOF on its stdin, then a kill if it has not
+// exited within two seconds.
+func (s *commandScorer) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	p := s.proc
+	if p == nil {
+		return nil
+	}
+	s.proc = nil
+	p.stdin.Close()
+	go func() {
+		for range p.lines {
+		}
+	}()
+	select {
+	case <-p.exited:
+	case <-time.After(2 * time.Second):
+		_ = p.cmd.Process.Kill()
+		<-p.exited
+	}
+	return nil
+}
+
+// tailWriter keeps the last max bytes written to it.
+type tailWriter struct {
+	mu  sync.Mutex
+	max int
+	buf []byte
+}
+
+func (w *tailWriter) Write(b []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.buf = append(w.buf, b...)
+	if len(w.buf) > w.max {
+		w.buf = append(w.buf[:0], w.buf[len(w.buf)-w.max:]...)
+	}
+	return len(b), nil
+}
+
+func (w *tailWriter) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return string(w.buf)
+}
+
+// stderrNote formats the last lines of a command's stderr for an error.
+func stderrNote(tail string) string {
+	tail = strings.TrimSpace(tail)
+	if tail == "" {
+		return ""
+	}
+	lines := strings.Split(tail, "\n")
+	if len(lines) > 10 {
+		lines = lines[len(lines)-10:]
+	}
+	return "\nstderr of the command (last lines):\n\t" + strings.Join(lines, "\n\t")
+}
+
+func clip(b []byte, n int) string {
+	if len(b) > n {
+		return string(b[:n]) + "…"
+	}
+	return string(b)
+}
+
+// httpScorer posts batches to a remote reward model (see above).
+type httpScorer struct {
+	url       string
+	client    *http.Client
+	retries   int
+	batchSize int
+	backoff   time.Duration // first retry delay; doubled per retry, capped at 8 s
+}
+
+func newHTTPScorer(term schema.Reward) (BatchScorer, error) {
+	if !strings.HasPrefix(term.URL, "http://") && !strings.HasPrefix(term.URL, "https://") {
+		return nil, fmt.Errorf("url %q must start with http:// or https://", term.URL)
+	}
+	timeout, err := termTimeout(term)
+	if err != nil {
+		return nil, err
+	}
+	if term.Retries < 0 || term.BatchSize < 0 {
+		return nil, fmt.Errorf("retries %d and batch_size %d must be ≥ 0", term.Retries, term.BatchSize)
+	}
+	return &httpScorer{url: term.URL, client: &http.Client{Timeout: timeout}, retries: term.Retries,
+		batchSize: term.BatchSize, backoff: 500 * time.Millisecond}, nil
+}
+
+// remoteRequest is OpenRLHF's remote reward-model request body.
+type remoteRequest struct {
+	Query   []string `json:"query"`
+	Prompts []string `json:"prompts"`
+	Labels  []string `json:"labels"`
+}
+
+func (s *httpScorer) ScoreBatch(completions []string, exs []Example) ([]float64, error) {
+	out := make([]float64, 0, len(completions))
+	size := s.batchSize
+	if size == 0 {
+		size = max(len(completions), 1)
+	}
+	for lo := 0; lo < len(completions); lo += size {
+		hi := min(lo+size, len(completions))
+		req := remoteRequest{}
+		for i := lo; i < hi; i++ {
+			req.Query = append(req.Query, exs[i].Prompt+completions[i])
+			req.Prompts = append(req.Prompts, exs[i].Prompt)
+			req.Labels = append(req.Labels, exs[i].Answer)
+		}
+		rs, err := s.post(req)
+		if err != nil {
+			return nil, fmt.Errorf("POST %s (completions %d–%d of %d): %w", s.url, lo+1, hi, len(completions), err)
+		}
+		out = append(out, rs...)
+	}
+	return out, nil
+}
+
+// post sends one request, retrying transient failures.
+func (s *httpScorer) post(req remoteRequest) ([]float64, error) {
+	body, err := json.Marshal(req)
+	if err != nil {
+		return nil, err
+	}
+	delay := s.backoff
+	for attempt := 0; ; attempt++ {
+		rs, err := s.postOnce(body, len(req.Query))
+		if err == nil {
+			return rs, nil
+		}
+		var tr errTransient
+		if !errors.As(err, &tr) {
+			return nil, err
+		}
+		if attempt >= s.retries {
+			return nil, fmt.Errorf("%w (after %d retries)", err, attempt)
+		}
+		time.Sleep(delay)
+		delay = min(2*delay, 8*time.Second)
+	}
+}
+
+func (s *httpScorer) postOnce(body []byte, n int) ([]float64, error) {
+	resp, err := s.client.Post(s.url, "application/json", bytes.NewReader(body))
+	if err != nil {
+		return nil, errTransient{err}
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+	if err != nil {
+		return nil, errTransient{fmt.Errorf("read answer: %w", err)}
+	}
+	if resp.StatusCode != http.StatusOK {
+		err := fmt.Errorf("status %s: %s", resp.Status, clip(bytes.TrimSpace(data), 300))
+		if resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode >= 500 {
+			return nil, errTransient{err}
+		}
+		return nil, err
+	}
+	var ans map[string]json.RawMessage
+	if err := json.Unmarshal(data, &ans); err != nil {
+		return nil, fmt.Errorf("answer %q is not a JSON object: %v", clip(data, 300), err)
+	}
+	raw, ok := ans["rewards"]
+	if !ok {
+		keys := make([]string, 0, len(ans))
+		for k := range ans {
+			keys = append(keys, k)
+		}
+		return nil, fmt.Errorf(`answer has no "rewards" (keys: %s)`, strings.Join(keys, ", "))
+	}
+	var rs []float64
+	if err := json.Unmarshal(raw, &rs); err != nil {
+		return nil, fmt.Errorf(`"rewards" is not a list of numbers: %v`, err)
+	}
+	if len(rs) != n {
+		return nil, fmt.Errorf(`"rewards" has %d values for %d queries`, len(rs), n)
+	}
+	return rs, nil
+}
+
+func (s *httpScorer) Close() error {
+	s.client.CloseIdleConnections()
+	return nil
+}
