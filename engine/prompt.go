@@ -1,19 +1,41 @@
 package engine
 
 import (
+	"fmt"
+
 	"stx.dev/stx/engine/tasks"
+	"stx.dev/stx/runtime/chat"
 	"stx.dev/stx/runtime/tokenizer"
 )
 
 // promptRenderer is how the rollout model turns a dataset's chat messages
-// into its prompt text. This is where a model's chat template plugs in: a
-// tokenizer that implements tasks.PromptRenderer (a Hugging Face model's
-// tokenizer_config.json chat_template) renders the messages itself; the
-// others (the built-in byte-level models, which were never trained on a
-// chat format) get tasks.PlainRenderer's "role: content" lines.
-func promptRenderer(tok tokenizer.Tokenizer) tasks.PromptRenderer {
-	if r, ok := tok.(tasks.PromptRenderer); ok {
-		return r
+// into its prompt text. A Hugging Face model directory with a chat template
+// (tokenizer_config.json "chat_template" or chat_template.jinja) renders the
+// messages with it, as apply_chat_template does; a tokenizer that implements
+// tasks.PromptRenderer itself renders them; the others (the built-in
+// byte-level models, which were never trained on a chat format) get
+// tasks.PlainRenderer's "role: content" lines.
+func promptRenderer(tok tokenizer.Tokenizer, modelDir string) (tasks.PromptRenderer, error) {
+	if modelDir != "" && chat.Has(modelDir) {
+		t, err := chat.Load(modelDir)
+		if err != nil {
+			return nil, fmt.Errorf("chat template of %s: %w", modelDir, err)
+		}
+		return templateRenderer{t}, nil
 	}
-	return tasks.PlainRenderer{}
+	if r, ok := tok.(tasks.PromptRenderer); ok {
+		return r, nil
+	}
+	return tasks.PlainRenderer{}, nil
+}
+
+// templateRenderer adapts a model's chat template to tasks.PromptRenderer.
+type templateRenderer struct{ t *chat.Template }
+
+func (r templateRenderer) Render(messages []tasks.Message, addGenerationPrompt bool) (string, error) {
+	m := make([]chat.Message, len(messages))
+	for i, msg := range messages {
+		m[i] = chat.Message{Role: msg.Role, Content: msg.Content}
+	}
+	return r.t.Render(m, addGenerationPrompt)
 }

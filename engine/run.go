@@ -236,7 +236,10 @@ func newLoop(rec *schema.Recipe, opts RunOptions) (*loop, error) {
 	if err != nil {
 		return nil, fmt.Errorf("sampler: %w", err)
 	}
-	render := promptRenderer(tok)
+	render, err := promptRenderer(tok, rollout.dir)
+	if err != nil {
+		return nil, fmt.Errorf("role %q: %w", rollout.name(), err)
+	}
 	if err := tasks.RenderPrompts(train, render); err != nil {
 		return nil, fmt.Errorf("task %s: %w", rec.Task.Name, err)
 	}
