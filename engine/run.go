@@ -236,6 +236,11 @@ func newLoop(rec *schema.Recipe, opts RunOptions) (*loop, error) {
 		l.gen.candidates = max(k.AggrevateCandidates, 1)
 		l.unit = l.gen.candidates
 	}
+	if w := rec.Task.Workflow; w != nil {
+		if l.gen.workflow, err = newWorkflowGen(w, rollout.model.Config.MaxPositions); err != nil {
+			return nil, err
+		}
+	}
 	l.eval = newEvaluator(l.gen, task)
 	l.rng = rand.NewPCG(uint64(k.Seed), 0x5a3b1e)
 	l.gen.retried = l.logRetry
@@ -267,6 +272,10 @@ func (l *loop) expectedRows(kind specializations.DataKind) int {
 	case specializations.DataFlowRL:
 		return k.RolloutBatchSize * max(k.NSamplesPerPrompt, 1) * max(k.FlowSteps, 1)
 	}
+	if w := l.rec.Task.Workflow; w != nil {
+		// One row per turn: the schedule spans the longest episodes.
+		return k.RolloutBatchSize * max(k.NSamplesPerPrompt, 1) * w.MaxTurns
+	}
 	return k.RolloutBatchSize * max(k.NSamplesPerPrompt, 1)
 }
 
@@ -293,6 +302,9 @@ func (l *loop) rowsPerStep() int {
 
 func (l *loop) close() {
 	l.watch.close()
+	if l.gen != nil {
+		l.gen.workflow.close()
+	}
 	if l.dir != nil {
 		l.dir.Close()
 	}
@@ -510,7 +522,7 @@ func (l *loop) rollout(id int) error {
 	for name, v := range b.metrics {
 		base[name] = v
 	}
-	if l.gen.kind == specializations.DataRL || l.gen.kind == specializations.DataImitation || l.gen.kind == specializations.DataFlowRL {
+	if b.wf == nil && (l.gen.kind == specializations.DataRL || l.gen.kind == specializations.DataImitation || l.gen.kind == specializations.DataFlowRL) {
 		for name, v := range rewardMetrics(b.data) {
 			base[name] = v
 		}
@@ -543,6 +555,11 @@ func (l *loop) rollout(id int) error {
 		records = append(records, recs...)
 		if k.TotalBatches > 0 && l.state.Step >= k.TotalBatches {
 			break
+		}
+	}
+	if b.wf != nil {
+		for name, v := range b.wf.advantageMetrics(l.primary.name(), l.rowAdv) {
+			base[name] = v
 		}
 	}
 	t := time.Now()

@@ -51,5 +51,6 @@ func (c *Catalog) check(r *Recipe) List {
 	if r.Task.Name != "jsonl" && r.Task.Path != "" {
 		at("task.path", "path is only read by task \"jsonl\" (task is %q)", r.Task.Name)
 	}
+	errs = append(errs, c.checkWorkflow(r)...)
 	return errs
 }
