@@ -59,7 +59,7 @@ func newWorkflowGen(w *schema.Workflow, maxPositions int) (*workflowGen, error) 
 		return nil, err
 	}
 	wg := &workflowGen{runner: r, render: workflow.Plain, maxPositions: maxPositions}
-	for _, f := range w.Filter {
+	for _, f := range w.Filter.Reasons() {
 		t, err := workflow.ParseTermination(f)
 		if err != nil {
 			return nil, fmt.Errorf("task.workflow.filter: %w", err)

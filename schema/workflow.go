@@ -8,12 +8,34 @@ import (
 // Workflow is a recipe's task.workflow: multi-turn episodes against an
 // environment process.
 type Workflow struct {
-	Command        []string `json:"command"`
-	MaxTurns       int      `json:"max_turns"`
-	NParallelTasks int      `json:"n_parallel_tasks"`
-	RetryLimit     int      `json:"retry_limit"`
-	StepTimeout    string   `json:"step_timeout"`
-	Filter         []string `json:"filter"`
+	Command        []string       `json:"command"`
+	MaxTurns       int            `json:"max_turns"`
+	NParallelTasks int            `json:"n_parallel_tasks"`
+	RetryLimit     int            `json:"retry_limit"`
+	StepTimeout    string         `json:"step_timeout"`
+	Filter         WorkflowFilter `json:"filter"`
+}
+
+// WorkflowFilter is compact filtering: true drops the episodes that ended so.
+type WorkflowFilter struct {
+	Error     bool `json:"error"`
+	Timeout   bool `json:"timeout"`
+	Truncated bool `json:"truncated"`
+	MaxTurns  bool `json:"max_turns"`
+}
+
+// Reasons are the termination reasons filtered, in a fixed order.
+func (f WorkflowFilter) Reasons() []string {
+	var out []string
+	for _, r := range []struct {
+		on   bool
+		name string
+	}{{f.Error, "error"}, {f.Timeout, "timeout"}, {f.Truncated, "truncated"}, {f.MaxTurns, "max_turns"}} {
+		if r.on {
+			out = append(out, r.name)
+		}
+	}
+	return out
 }
 
 // maxStepTimeout bounds step_timeout: a longer wait is a hang in practice.
@@ -43,13 +65,6 @@ func (c *Catalog) checkWorkflow(r *Recipe) List {
 	}
 	if _, err := w.Timeout(); err != nil {
 		at("task.workflow.step_timeout", "%v", err)
-	}
-	seen := map[string]bool{}
-	for i, f := range w.Filter {
-		if seen[f] {
-			at(fmt.Sprintf("task.workflow.filter[%d]", i), "termination reason %q appears twice", f)
-		}
-		seen[f] = true
 	}
 	if len(r.Task.Reward) > 0 {
 		at("task.reward", "a workflow's rewards come from its environment: task.reward is not used with task.workflow")
