@@ -33,7 +33,7 @@ func episode(i int, task string, term workflow.Termination, rewards ...float64) 
 func TestWorkflowRowsBroadcast(t *testing.T) {
 	w := &workflowGen{filter: []workflow.Termination{workflow.TermError, workflow.TermTimeout}}
 	eps := []*workflow.Episode{
-		episode(0, "a", workflow.TermDone, 0, 0, 1), // 3 steps, total 1
+		episode(0, "a", workflow.TermDone, 0, 0, 1),  // 3 steps, total 1
 		episode(1, "a", workflow.TermMaxTurns, 0, 0), // 2 steps, total 0
 		episode(2, "a", workflow.TermError),          // filtered, no steps
 		episode(3, "b", workflow.TermDone, 0.5),      // group b: one trajectory
