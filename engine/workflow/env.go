@@ -181,6 +181,18 @@ func (e *Env) call(req map[string]any) (*reply, error) {
 		return nil, &Failure{Reason: TermError, Msg: fmt.Sprintf("encode request: %v", err)}
 	}
 	data = append(data, '\n')
+	select {
+	case l, ok := <-e.lines:
+		// Output nobody asked for would be taken as the next reply.
+		if !ok {
+			return nil, e.crashed()
+		}
+		if l.err != nil {
+			return nil, e.malformed(l.err.Error())
+		}
+		return nil, e.malformed(fmt.Sprintf("unrequested output %q", clip(l.data)))
+	default:
+	}
 	werr := make(chan error, 1)
 	go func() {
 		_, err := e.stdin.Write(data)
@@ -238,15 +250,16 @@ func (e *Env) malformed(msg string) error {
 // crashed reports an exited process with its status and the end of its stderr.
 func (e *Env) crashed() error {
 	e.dead = true
+	msg := "environment process exited"
 	select {
 	case <-e.exited:
+		if e.waitErr != nil {
+			msg += " (" + e.waitErr.Error() + ")"
+		}
 	case <-time.After(closeGrace):
 		// The output closed but the process lives on: it is of no further use.
 		e.kill()
-	}
-	msg := "environment process exited"
-	if e.waitErr != nil {
-		msg += " (" + e.waitErr.Error() + ")"
+		msg = "environment process closed its output"
 	}
 	if s := strings.TrimSpace(e.stderr.String()); s != "" {
 		msg += "; stderr: " + s
@@ -273,6 +286,11 @@ func (e *Env) Dead() bool { return e.dead }
 // it otherwise.
 func (e *Env) Close() {
 	e.stdin.Close()
+	// Unread output must not block the reader once nobody listens.
+	go func() {
+		for range e.lines {
+		}
+	}()
 	select {
 	case <-e.exited:
 	case <-time.After(closeGrace):

@@ -215,7 +215,7 @@ func TestRunnerFailures(t *testing.T) {
 						tc.reason, tc.msg, tc.attempts)
 				}
 				if len(ep.Steps) != 0 {
-					t.Errorf("a failed episode keeps %d steps", len(ep.Steps))
+					t.Errorf("an episode failed at its first step has %d steps", len(ep.Steps))
 				}
 			}
 			if tc.mode != "error" && r.Restarts == 0 {
