@@ -63,6 +63,7 @@ func StartEnv(command []string, argv0 string, timeout time.Duration) (*Env, erro
 	}
 	// Wait must not hang on output pipes a grandchild keeps open.
 	cmd.WaitDelay = time.Second
+	detach(cmd)
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
 		return nil, err
@@ -270,9 +271,8 @@ func (e *Env) crashed() error {
 // kill ends the process and waits (boundedly) for it.
 func (e *Env) kill() {
 	e.dead = true
-	if e.cmd.Process != nil {
-		e.cmd.Process.Kill()
-	}
+	killTree(e.cmd)
+	e.stdin.Close()
 	select {
 	case <-e.exited:
 	case <-time.After(closeGrace):
