@@ -3,6 +3,7 @@ package engine
 import (
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"os"
 	"os/exec"
 
@@ -437,4 +438,28 @@ func (g *rolloutGen) workflowEval(val []tasks.Example, seed uint64) (map[string]
 	m["val/workflow/turns/mean"] = turns / N
 	m["val/workflow/invalid"] = invalid
 	return m, nil
+}
+
+// reshuffleTrajectories permutes whole trajectories (a workflow rollout's
+// rows of one episode stay together and in step order, which token-level
+// estimators such as GAE need).
+func reshuffleTrajectories(d *estimators.Rollout, seed uint64) (*estimators.Rollout, error) {
+	var starts []int
+	for i := range d.Tokens {
+		if i == 0 || d.Traj[i] != d.Traj[i-1] {
+			starts = append(starts, i)
+		}
+	}
+	perm := rand.New(rand.NewPCG(seed, 0x5bd1e995)).Perm(len(starts))
+	idx := make([]int, 0, d.Len())
+	for _, u := range perm {
+		end := d.Len()
+		if u+1 < len(starts) {
+			end = starts[u+1]
+		}
+		for i := starts[u]; i < end; i++ {
+			idx = append(idx, i)
+		}
+	}
+	return d.Select(idx)
 }

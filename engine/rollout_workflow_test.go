@@ -110,3 +110,43 @@ func TestWorkflowRowsBroadcast(t *testing.T) {
 		t.Errorf("after rejection: %d rows, first rows %v", b.data.Len(), b.wf.firstRow)
 	}
 }
+
+func TestReshuffleTrajectoriesKeepsEpisodes(t *testing.T) {
+	w := &workflowGen{}
+	var eps []*workflow.Episode
+	var owners []tasks.Example
+	for i := range 6 {
+		eps = append(eps, episode(i, "t", workflow.TermDone, make([]float64, 1+i%3)...))
+		owners = append(owners, tasks.Example{ID: "t"})
+	}
+	b, err := w.rows(eps, owners, "actor", schema.Knobs{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := reshuffleTrajectories(b.data, 7)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Len() != b.data.Len() {
+		t.Fatalf("%d rows, want %d", d.Len(), b.data.Len())
+	}
+	seen := map[int]bool{}
+	moved := false
+	for i := 0; i < d.Len(); {
+		tr := d.Traj[i]
+		if seen[tr] {
+			t.Fatalf("trajectory %d split: %v", tr, d.Traj)
+		}
+		seen[tr] = true
+		for s := 0; i < d.Len() && d.Traj[i] == tr; s, i = s+1, i+1 {
+			// Step s of every episode has a 2+s-token prompt: step order kept.
+			if d.PromptLen[i] != 2+s {
+				t.Fatalf("trajectory %d out of step order: %v", tr, d.PromptLen)
+			}
+		}
+		moved = moved || tr != len(seen)-1
+	}
+	if len(seen) != 6 || !moved {
+		t.Errorf("trajectories %v: want all 6, reordered", d.Traj)
+	}
+}
