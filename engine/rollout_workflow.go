@@ -167,6 +167,9 @@ func (g *rolloutGen) workflowRollout(id int, seed uint64) (*batch, error) {
 	if err != nil {
 		return nil, fmt.Errorf("rollout %d: %w", id+1, err)
 	}
+	if err := allFailed(eps); err != nil {
+		return nil, fmt.Errorf("rollout %d: %w", id+1, err)
+	}
 	out, err := g.workflow.rows(eps, owners, g.role, k)
 	if err != nil {
 		return nil, err
@@ -177,6 +180,23 @@ func (g *rolloutGen) workflowRollout(id int, seed uint64) (*batch, error) {
 		return rejectTrajectories(out, k)
 	}
 	return out, nil
+}
+
+// allFailed is an error when every episode timed out or failed even after
+// its retries: the environment is broken, and a run that goes on would
+// train on nothing without saying so.
+func allFailed(eps []*workflow.Episode) error {
+	for _, ep := range eps {
+		if ep.Termination != workflow.TermError && ep.Termination != workflow.TermTimeout {
+			return nil
+		}
+	}
+	if len(eps) == 0 {
+		return nil
+	}
+	ep := eps[0]
+	return fmt.Errorf("all %d episodes failed, after retry_limit retries each; the first (task %s) with %s: %s",
+		len(eps), ep.Task.ID, ep.Termination, ep.Reason)
 }
 
 // rows turns episodes into a batch: one row per step of every episode that

@@ -534,7 +534,11 @@ func (l *loop) rollout(id int) error {
 	if b.data.Len() == 0 {
 		// Dynamic sampling kept nothing within max_num_gen_batches: skip the step.
 		passes = 0
-		if err := l.dir.LogEvent(rundir.Event{Type: rundir.EventStepSkipped, Rollout: id, Message: "no group survived rejection"}); err != nil {
+		ev := rundir.Event{Type: rundir.EventStepSkipped, Rollout: id, Message: "no group survived rejection"}
+		if b.wf != nil {
+			ev.Message, ev.Metrics = "no episode survived compact filtering and rejection", b.metrics
+		}
+		if err := l.dir.LogEvent(ev); err != nil {
 			return err
 		}
 	}
