@@ -174,8 +174,8 @@ func (g *rolloutGen) workflowRollout(id int, seed uint64) (*batch, error) {
 	if err != nil {
 		return nil, err
 	}
-	out.metrics["workflow/env_restarts"] = float64(g.workflow.runner.Restarts - g.workflow.restarts)
-	g.workflow.restarts = g.workflow.runner.Restarts
+	out.metrics["workflow/env_restarts"] = float64(g.workflow.runner.Restarts() - g.workflow.restarts)
+	g.workflow.restarts = g.workflow.runner.Restarts()
 	if k.FilterUniformGroups || k.MinTrajsPerGroup > 1 || k.MinPartialSolveTasks > 0 {
 		return rejectTrajectories(out, k)
 	}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -55,8 +56,9 @@ type Task struct {
 type Runner struct {
 	cfg   Config
 	slots []*Env // nil: not started (or to be restarted)
-	// Restarts counts processes started after the first of each slot.
-	Restarts int
+	// restarts counts processes started after the first of each slot
+	// (slots restart concurrently).
+	restarts atomic.Int64
 	started  []bool
 }
 
@@ -67,6 +69,9 @@ func NewRunner(cfg Config) (*Runner, error) {
 	}
 	return &Runner{cfg: cfg, slots: make([]*Env, cfg.Parallel), started: make([]bool, cfg.Parallel)}, nil
 }
+
+// Restarts is the number of processes started to replace a failed one.
+func (r *Runner) Restarts() int { return int(r.restarts.Load()) }
 
 // Close stops every process.
 func (r *Runner) Close() {
@@ -95,7 +100,7 @@ func (r *Runner) env(i int) (*Env, error) {
 		return nil, err
 	}
 	if r.started[i] {
-		r.Restarts++
+		r.restarts.Add(1)
 	}
 	r.started[i] = true
 	r.slots[i] = e

@@ -160,8 +160,8 @@ func TestRunnerEpisodes(t *testing.T) {
 		t.Errorf("policy called %d times, want 9", pol.calls)
 	}
 	// The processes are reused by the next Run.
-	if _, err := r.Run(tasksN(2), &scripted{stopAt: 1}); err != nil || r.Restarts != 0 {
-		t.Fatalf("second run: %v, %d restarts", err, r.Restarts)
+	if _, err := r.Run(tasksN(2), &scripted{stopAt: 1}); err != nil || r.Restarts() != 0 {
+		t.Fatalf("second run: %v, %d restarts", err, r.Restarts())
 	}
 }
 
@@ -218,7 +218,7 @@ func TestRunnerFailures(t *testing.T) {
 					t.Errorf("an episode failed at its first step has %d steps", len(ep.Steps))
 				}
 			}
-			if tc.mode != "error" && r.Restarts == 0 {
+			if tc.mode != "error" && r.Restarts() == 0 {
 				t.Errorf("a failed process was not restarted")
 			}
 		})
@@ -238,8 +238,8 @@ func TestRunnerRetryRecovers(t *testing.T) {
 	if ep := eps[1]; ep.Termination != TermDone || ep.Attempts != 1 {
 		t.Errorf("episode 1: %s after %d attempts", ep.Termination, ep.Attempts)
 	}
-	if r.Restarts != 1 {
-		t.Errorf("%d restarts, want 1", r.Restarts)
+	if r.Restarts() != 1 {
+		t.Errorf("%d restarts, want 1", r.Restarts())
 	}
 }
 
@@ -335,5 +335,23 @@ func TestCalculatorStep(t *testing.T) {
 		if rep["observation"] != tc.obs || rep["reward"] != tc.reward || rep["done"] != tc.done {
 			t.Errorf("%q: %v, want %q %g %v", tc.action, rep, tc.obs, tc.reward, tc.done)
 		}
+	}
+}
+
+// TestRunnerParallelRestarts crashes every process of several slots at once
+// (run with -race: slots restart concurrently).
+func TestRunnerParallelRestarts(t *testing.T) {
+	r := fakeRunner(t, "crash", Config{RetryLimit: 1, Parallel: 3})
+	eps, err := r.Run(tasksN(3), &scripted{stopAt: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ep := range eps {
+		if ep.Termination != TermError || ep.Attempts != 2 {
+			t.Errorf("episode %d: %s after %d attempts", ep.Index, ep.Termination, ep.Attempts)
+		}
+	}
+	if r.Restarts() != 3 {
+		t.Errorf("%d restarts, want 3", r.Restarts())
 	}
 }
