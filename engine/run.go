@@ -627,7 +627,7 @@ func withoutStep(m map[string]float64) map[string]float64 {
 
 // reshuffle permutes the rows of d by whole units (pairs stay together).
 func (l *loop) reshuffle(d *estimators.Rollout, seed uint64) (*estimators.Rollout, error) {
-	if l.gen.workflow != nil {
+	if l.gen != nil && l.gen.workflow != nil {
 		return reshuffleTrajectories(d, seed)
 	}
 	units := d.Len() / l.unit
