@@ -426,6 +426,8 @@ func (g *rolloutGen) workflowEval(val []tasks.Example, seed uint64) (map[string]
 	if err != nil {
 		return nil, fmt.Errorf("evaluation: %w", err)
 	}
+	// workflow/env_restarts counts the rollouts' restarts only.
+	g.workflow.restarts = g.workflow.runner.Restarts()
 	var vs []estimators.ValSample
 	sum, correct, turns, invalid := 0.0, 0.0, 0.0, 0.0
 	for i, ep := range eps {
