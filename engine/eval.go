@@ -47,6 +47,9 @@ func (e *evaluator) run(seed uint64) (map[string]float64, error) {
 	if e.gen.flow != nil {
 		return flowEval(e.gen.flow, k, e.gen.reward, e.task, seed)
 	}
+	if e.gen.workflow != nil {
+		return e.gen.workflowEval(e.val, seed)
+	}
 	n := max(k.NValSamplesPerPrompt, 1)
 	var prompts [][]int32
 	for _, ex := range e.val {

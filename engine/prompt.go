@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"stx.dev/stx/engine/tasks"
+	"stx.dev/stx/engine/workflow"
 	"stx.dev/stx/runtime/chat"
 	"stx.dev/stx/runtime/tokenizer"
 )
@@ -38,4 +39,17 @@ func (r templateRenderer) Render(messages []tasks.Message, addGenerationPrompt b
 		m[i] = chat.Message{Role: msg.Role, Content: msg.Content}
 	}
 	return r.t.Render(m, addGenerationPrompt)
+}
+
+// workflowRenderer renders a multi-turn episode's conversation (observations
+// as user turns, actions as assistant turns) with the chat template, ending
+// with the opening of the next assistant turn.
+func (r templateRenderer) workflowRenderer() workflow.Renderer {
+	return workflow.RendererFunc(func(msgs []workflow.Message) (string, error) {
+		m := make([]chat.Message, len(msgs))
+		for i, msg := range msgs {
+			m[i] = chat.Message{Role: msg.Role, Content: msg.Content}
+		}
+		return r.t.Render(m, true)
+	})
 }

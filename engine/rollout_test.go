@@ -3,6 +3,7 @@ package engine
 import (
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 
 	"stx.dev/stx/engine/tasks"
@@ -81,5 +82,36 @@ func TestReshuffleKeepsUnits(t *testing.T) {
 	}
 	if !moved {
 		t.Error("reshuffle left the order unchanged")
+	}
+}
+
+// bosTok is a byte tokenizer whose text "<s>" encodes to its BOS, as a
+// chat template's bos_token does with a real tokenizer.
+type bosTok struct{ *tokenizer.Byte }
+
+func (t bosTok) Encode(text string) []int32 {
+	if rest, ok := strings.CutPrefix(text, "<s>"); ok {
+		return append([]int32{t.BOS()}, t.Byte.Encode(rest)...)
+	}
+	return t.Byte.Encode(text)
+}
+
+func TestEncoderPromptOneBOS(t *testing.T) {
+	tok := bosTok{&tokenizer.Byte{}}
+	bos := tok.BOS()
+	for _, tc := range []struct {
+		text      string
+		maxPrompt int
+		want      []int32
+	}{
+		{"ab", 0, []int32{bos, 'a', 'b'}},
+		{"<s>ab", 0, []int32{bos, 'a', 'b'}},  // the template wrote BOS: not twice
+		{"<s>abc", 3, []int32{bos, 'b', 'c'}}, // cut from the left, BOS kept in front
+		{"abc", 3, []int32{bos, 'b', 'c'}},
+	} {
+		got := encoder{tok: tok, maxPrompt: tc.maxPrompt}.prompt(tc.text)
+		if !slices.Equal(got, tc.want) {
+			t.Errorf("prompt(%q, max %d) = %v, want %v", tc.text, tc.maxPrompt, got, tc.want)
+		}
 	}
 }

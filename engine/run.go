@@ -256,6 +256,14 @@ func newLoop(rec *schema.Recipe, opts RunOptions) (*loop, error) {
 		l.gen.candidates = max(k.AggrevateCandidates, 1)
 		l.unit = l.gen.candidates
 	}
+	if w := rec.Task.Workflow; w != nil {
+		if l.gen.workflow, err = newWorkflowGen(w, rollout.model.Config.MaxPositions); err != nil {
+			return nil, err
+		}
+		if tr, ok := render.(templateRenderer); ok {
+			l.gen.workflow.render = tr.workflowRenderer()
+		}
+	}
 	if l.eval, err = newEvaluator(l.gen, task); err != nil {
 		return nil, err
 	}
@@ -290,6 +298,10 @@ func (l *loop) expectedRows(kind specializations.DataKind) int {
 	case specializations.DataFlowRL:
 		return k.RolloutBatchSize * max(k.NSamplesPerPrompt, 1) * max(k.FlowSteps, 1)
 	}
+	if w := l.rec.Task.Workflow; w != nil {
+		// One row per turn: the schedule spans the longest episodes.
+		return k.RolloutBatchSize * max(k.NSamplesPerPrompt, 1) * w.MaxTurns
+	}
 	return k.RolloutBatchSize * max(k.NSamplesPerPrompt, 1)
 }
 
@@ -321,6 +333,9 @@ func (l *loop) close() {
 		}
 	}
 	l.watch.close()
+	if l.gen != nil {
+		l.gen.workflow.close()
+	}
 	if l.dir != nil {
 		l.dir.Close()
 	}
@@ -539,7 +554,7 @@ func (l *loop) rollout(id int) error {
 	for name, v := range b.metrics {
 		base[name] = v
 	}
-	if l.gen.kind == specializations.DataRL || l.gen.kind == specializations.DataImitation || l.gen.kind == specializations.DataFlowRL {
+	if b.wf == nil && (l.gen.kind == specializations.DataRL || l.gen.kind == specializations.DataImitation || l.gen.kind == specializations.DataFlowRL) {
 		for name, v := range rewardMetrics(b.data) {
 			base[name] = v
 		}
@@ -551,7 +566,11 @@ func (l *loop) rollout(id int) error {
 	if b.data.Len() == 0 {
 		// Dynamic sampling kept nothing within max_num_gen_batches: skip the step.
 		passes = 0
-		if err := l.dir.LogEvent(rundir.Event{Type: rundir.EventStepSkipped, Rollout: id, Message: "no group survived rejection"}); err != nil {
+		ev := rundir.Event{Type: rundir.EventStepSkipped, Rollout: id, Message: "no group survived rejection"}
+		if b.wf != nil {
+			ev.Message, ev.Metrics = "no episode survived compact filtering and rejection", b.metrics
+		}
+		if err := l.dir.LogEvent(ev); err != nil {
 			return err
 		}
 	}
@@ -572,6 +591,11 @@ func (l *loop) rollout(id int) error {
 		records = append(records, recs...)
 		if k.TotalBatches > 0 && l.state.Step >= k.TotalBatches {
 			break
+		}
+	}
+	if b.wf != nil {
+		for name, v := range b.wf.advantageMetrics(l.primary.name(), l.rowAdv) {
+			base[name] = v
 		}
 	}
 	t := time.Now()
@@ -663,6 +687,9 @@ func withoutStep(m map[string]float64) map[string]float64 {
 
 // reshuffle permutes the rows of d by whole units (pairs stay together).
 func (l *loop) reshuffle(d *estimators.Rollout, seed uint64) (*estimators.Rollout, error) {
+	if l.gen != nil && l.gen.workflow != nil {
+		return reshuffleTrajectories(d, seed)
+	}
 	units := d.Len() / l.unit
 	perm := rand.New(rand.NewPCG(seed, 0x5bd1e995)).Perm(units)
 	idx := make([]int, 0, d.Len())

@@ -85,6 +85,9 @@ func copyTokenizer(from, to string) {
 
 // logEpisodes writes up to 8 sampled rows of rollout id to episodes.jsonl.
 func (l *loop) logEpisodes(id int, b *batch) error {
+	if b.wf != nil {
+		return b.wf.logEpisodes(l, id)
+	}
 	d := b.data
 	for i := 0; i < d.Len() && i < 8; i++ {
 		ep := map[string]any{"rollout": id, "task_id": d.TaskID[i], "reward": d.Reward[i]}

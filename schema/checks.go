@@ -58,5 +58,6 @@ func (c *Catalog) check(r *Recipe) List {
 	if !dataset && r.Task.ValidationPath != "" {
 		at("task.validation_path", "validation_path is only read by the dataset tasks (task is %q)", r.Task.Name)
 	}
+	errs = append(errs, c.checkWorkflow(r)...)
 	return errs
 }

@@ -67,6 +67,8 @@ type Task struct {
 	ValidationSize  int      `json:"validation_size"`
 	Reward          []Reward `json:"reward"`
 	RewardRole      string   `json:"reward_role,omitempty"`
+	// Workflow is nil for single-turn tasks.
+	Workflow *Workflow `json:"workflow,omitempty"`
 }
 
 // Reward is one weighted reward function.

@@ -116,6 +116,10 @@ func (c *Catalog) walkAllowed(v, s cue.Value, path string) List {
 				continue
 			}
 			next := s.LookupPath(cue.MakePath(sel))
+			if !next.Exists() {
+				// An optional field of the schema (task.workflow?) the user set.
+				next = s.LookupPath(cue.MakePath(sel.Optional()))
+			}
 			if label == "defaults" && strings.Count(path, ".") == 1 {
 				// Recipe defaults are knobs: check their names as knobs.
 				next = s.LookupPath(cue.ParsePath("knobs"))

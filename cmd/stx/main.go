@@ -62,6 +62,7 @@ Recipes are CUE data: stx checks them before any tensor is allocated.
 			benchCommand(),
 			plotCommand(),
 			runCommand(),
+			envCommand(),
 		},
 	}
 }

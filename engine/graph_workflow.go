@@ -1,0 +1,35 @@
+package engine
+
+import (
+	"stx.dev/stx/estimators"
+	"stx.dev/stx/schema"
+	"stx.dev/stx/specializations"
+)
+
+// workflowProblems are the graph checks of task.workflow: episodes are
+// sampled on-policy by the first trainable role, which must take RL rows,
+// and the generation features that re-sample single completions do not
+// apply to episodes.
+func workflowProblems(r *schema.Recipe, g *Graph) []Problem {
+	if r.Task.Workflow == nil {
+		return nil
+	}
+	var probs []Problem
+	for _, n := range g.Nodes {
+		if !n.Role.Trainable {
+			continue
+		}
+		if n.Contract.Data != specializations.DataRL || n.Contract.Name == "gkd" {
+			probs = append(probs, Problem{Path: "task.workflow", Msg: "task.workflow needs an on-policy RL role as the first trainable role (specialization " +
+				n.Role.Specialization + " trains on " + string(n.Contract.Data) + " data)"})
+		}
+		if r.Knobs.EstimatorFor(n.Role.Name) == estimators.ReMax {
+			probs = append(probs, Problem{Path: "knobs.estimator", Msg: "remax's greedy baseline is a single completion: it does not apply to task.workflow episodes"})
+		}
+		break
+	}
+	if r.Knobs.DynamicSampling {
+		probs = append(probs, Problem{Path: "knobs.dynamic_sampling", Msg: "dynamic_sampling is not supported with task.workflow (filter_uniform_groups is)"})
+	}
+	return probs
+}

@@ -1,0 +1,332 @@
+package workflow
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"time"
+)
+
+// maxLine bounds one reply line: a longer one is malformed, so a runaway
+// environment cannot make stx buffer without limit.
+const maxLine = 1 << 20
+
+// closeGrace is how long Close waits for a process to exit after its stdin
+// is closed before it kills it.
+const closeGrace = 3 * time.Second
+
+// Failure is why an environment request failed; Reason is TermTimeout or
+// TermError. Restart is true when the process cannot serve another request
+// (it timed out, answered malformed, or exited).
+type Failure struct {
+	Reason  Termination
+	Msg     string
+	Restart bool
+}
+
+func (f *Failure) Error() string { return f.Msg }
+
+// Env is one environment process speaking the package's JSON-lines protocol.
+type Env struct {
+	cmd     *exec.Cmd
+	stdin   io.WriteCloser
+	lines   chan line     // reply lines; closed at end of output
+	exited  chan struct{} // closed when the process has exited
+	waitErr error         // the process's exit status (valid after exited)
+	stderr  *tail
+	timeout time.Duration
+	dead    bool // failed: must not serve another request
+}
+
+type line struct {
+	data []byte
+	err  error // set on the last value before the channel closes (nil at EOF)
+}
+
+// StartEnv starts command (argv) with the given per-request timeout.
+// argv0, when not empty, replaces the program's argv[0] (stx runs itself as
+// "stx" so that the binary recognises its own subcommand).
+func StartEnv(command []string, argv0 string, timeout time.Duration) (*Env, error) {
+	if len(command) == 0 || command[0] == "" {
+		return nil, errors.New("environment command is empty")
+	}
+	cmd := exec.Command(command[0], command[1:]...)
+	if argv0 != "" {
+		cmd.Args[0] = argv0
+	}
+	// Wait must not hang on output pipes a grandchild keeps open.
+	cmd.WaitDelay = time.Second
+	detach(cmd)
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return nil, err
+	}
+	// stdout is a pipe of our own (not StdoutPipe), so that waiting for the
+	// process in the background never closes it before its last line is read.
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	cmd.Stdout = pw
+	e := &Env{cmd: cmd, stdin: stdin, lines: make(chan line, 1), exited: make(chan struct{}), stderr: &tail{max: 4096}, timeout: timeout}
+	cmd.Stderr = e.stderr
+	if err := cmd.Start(); err != nil {
+		pr.Close()
+		pw.Close()
+		return nil, fmt.Errorf("start environment %q: %w", strings.Join(command, " "), err)
+	}
+	pw.Close()
+	go func() {
+		e.waitErr = cmd.Wait()
+		close(e.exited)
+	}()
+	go readLines(pr, e.lines)
+	return e, nil
+}
+
+// readLines sends each line of r to out, then closes out.
+func readLines(r io.ReadCloser, out chan<- line) {
+	defer close(out)
+	defer r.Close()
+	br := bufio.NewReaderSize(r, 64<<10)
+	for {
+		var buf []byte
+		for {
+			chunk, err := br.ReadSlice('\n')
+			buf = append(buf, chunk...)
+			if len(buf) > maxLine {
+				out <- line{err: fmt.Errorf("reply line longer than %d bytes", maxLine)}
+				return
+			}
+			if err == bufio.ErrBufferFull {
+				continue
+			}
+			if err != nil {
+				if len(bytes.TrimSpace(buf)) > 0 {
+					out <- line{err: fmt.Errorf("reply %q does not end with a newline", clip(buf))}
+				}
+				return
+			}
+			break
+		}
+		out <- line{data: buf}
+	}
+}
+
+// reply is the union of the reset and step replies.
+type reply struct {
+	Observation *string        `json:"observation"`
+	Reward      *float64       `json:"reward"`
+	Done        *bool          `json:"done"`
+	Info        map[string]any `json:"info"`
+	Error       *string        `json:"error"`
+}
+
+// Reset starts an episode of task with seed and returns the first observation.
+func (e *Env) Reset(task map[string]any, seed uint64) (string, error) {
+	r, err := e.call(map[string]any{"op": "reset", "task": task, "seed": seed})
+	if err != nil {
+		return "", err
+	}
+	if r.Observation == nil {
+		return "", e.malformed(`reset reply has no "observation" string`)
+	}
+	return *r.Observation, nil
+}
+
+// StepResult is the environment's answer to one action.
+type StepResult struct {
+	Observation string
+	Reward      float64
+	Done        bool
+	Info        map[string]any
+}
+
+// Step sends action and returns the environment's reply.
+func (e *Env) Step(action string) (StepResult, error) {
+	r, err := e.call(map[string]any{"op": "step", "action": action})
+	if err != nil {
+		return StepResult{}, err
+	}
+	var s StepResult
+	if r.Done != nil {
+		s.Done = *r.Done
+	}
+	if r.Observation == nil && !s.Done {
+		return StepResult{}, e.malformed(`step reply has no "observation" string and is not done`)
+	}
+	if r.Observation != nil {
+		s.Observation = *r.Observation
+	}
+	if r.Reward != nil {
+		s.Reward = *r.Reward
+	}
+	s.Info = r.Info
+	return s, nil
+}
+
+// call sends one request and waits at most the timeout for its reply line.
+func (e *Env) call(req map[string]any) (*reply, error) {
+	if e.dead {
+		return nil, &Failure{Reason: TermError, Msg: "environment process is not running", Restart: true}
+	}
+	data, err := json.Marshal(req)
+	if err != nil {
+		return nil, &Failure{Reason: TermError, Msg: fmt.Sprintf("encode request: %v", err)}
+	}
+	data = append(data, '\n')
+	select {
+	case l, ok := <-e.lines:
+		// Output nobody asked for would be taken as the next reply.
+		if !ok {
+			return nil, e.crashed()
+		}
+		if l.err != nil {
+			return nil, e.malformed(l.err.Error())
+		}
+		return nil, e.malformed(fmt.Sprintf("unrequested output %q", clip(l.data)))
+	default:
+	}
+	werr := make(chan error, 1)
+	go func() {
+		_, err := e.stdin.Write(data)
+		werr <- err
+	}()
+	timer := time.NewTimer(e.timeout)
+	defer timer.Stop()
+	for {
+		select {
+		case l, ok := <-e.lines:
+			if !ok {
+				return nil, e.crashed()
+			}
+			if l.err != nil {
+				return nil, e.malformed(l.err.Error())
+			}
+			var r reply
+			dec := json.NewDecoder(bytes.NewReader(l.data))
+			if err := dec.Decode(&r); err != nil {
+				return nil, e.malformed(fmt.Sprintf("reply %q is not a JSON object: %v", clip(l.data), err))
+			}
+			if dec.More() {
+				return nil, e.malformed(fmt.Sprintf("reply %q holds more than one JSON value", clip(l.data)))
+			}
+			if r.Error != nil {
+				return nil, &Failure{Reason: TermError, Msg: "environment error: " + *r.Error}
+			}
+			return &r, nil
+		case err := <-werr:
+			if err != nil {
+				// The process closed its stdin or exited: its output tells which.
+				werr = nil
+				select {
+				case <-e.exited:
+					return nil, e.crashed()
+				case <-timer.C:
+					e.kill()
+					return nil, &Failure{Reason: TermError, Msg: fmt.Sprintf("write to environment: %v", err), Restart: true}
+				}
+			}
+			werr = nil
+		case <-timer.C:
+			e.kill()
+			return nil, &Failure{Reason: TermTimeout, Msg: fmt.Sprintf("no reply from the environment within %v", e.timeout), Restart: true}
+		}
+	}
+}
+
+// malformed kills the process (its stream can no longer be trusted).
+func (e *Env) malformed(msg string) error {
+	e.kill()
+	return &Failure{Reason: TermError, Msg: "malformed reply from the environment: " + msg, Restart: true}
+}
+
+// crashed reports an exited process with its status and the end of its stderr.
+func (e *Env) crashed() error {
+	e.dead = true
+	msg := "environment process exited"
+	select {
+	case <-e.exited:
+		if e.waitErr != nil {
+			msg += " (" + e.waitErr.Error() + ")"
+		}
+	case <-time.After(closeGrace):
+		// The output closed but the process lives on: it is of no further use.
+		e.kill()
+		msg = "environment process closed its output"
+	}
+	if s := strings.TrimSpace(e.stderr.String()); s != "" {
+		msg += "; stderr: " + s
+	}
+	return &Failure{Reason: TermError, Msg: msg, Restart: true}
+}
+
+// kill ends the process and waits (boundedly) for it.
+func (e *Env) kill() {
+	e.dead = true
+	killTree(e.cmd)
+	e.stdin.Close()
+	select {
+	case <-e.exited:
+	case <-time.After(closeGrace):
+	}
+}
+
+// Dead reports whether the process must be replaced before the next episode.
+func (e *Env) Dead() bool { return e.dead }
+
+// Close closes the process's stdin, gives it closeGrace to exit and kills
+// it otherwise.
+func (e *Env) Close() {
+	e.stdin.Close()
+	// Unread output must not block the reader once nobody listens.
+	go func() {
+		for range e.lines {
+		}
+	}()
+	select {
+	case <-e.exited:
+	case <-time.After(closeGrace):
+		e.kill()
+	}
+	e.dead = true
+}
+
+// tail keeps the last max bytes written to it.
+type tail struct {
+	mu  sync.Mutex
+	max int
+	buf []byte
+}
+
+func (t *tail) Write(p []byte) (int, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.buf = append(t.buf, p...)
+	if len(t.buf) > t.max {
+		t.buf = append([]byte(nil), t.buf[len(t.buf)-t.max:]...)
+	}
+	return len(p), nil
+}
+
+func (t *tail) String() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return string(t.buf)
+}
+
+// clip shortens a reply for an error message.
+func clip(b []byte) string {
+	s := strings.TrimRight(string(b), "\r\n")
+	if len(s) > 200 {
+		s = s[:200] + "…"
+	}
+	return s
+}
