@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"os"
 	"slices"
 
 	"stx.dev/stx/schema"
@@ -62,7 +61,7 @@ func LoadJSONL(path string) ([]Example, error) {
 }
 
 func loadJSONL(path string) ([]Example, shape, error) {
-	f, err := os.Open(path)
+	f, err := openDataFile(path)
 	if err != nil {
 		return nil, 0, fmt.Errorf("read dataset: %w", err)
 	}
