@@ -109,6 +109,8 @@ func Run(ctx context.Context, cat *schema.Catalog, name string, opts RunOptions)
 	if err != nil {
 		watch.close()
 		if rp != nil {
+			// The run being resumed records how this attempt ended.
+			rp.dir.LogEvent(rundir.Event{Type: rundir.EventRunEnd, Rollout: max(rp.state.Rollout, 0), Message: err.Error()})
 			rp.dir.Close()
 		}
 		return nil, err
@@ -374,6 +376,23 @@ func (l *loop) openDir() error {
 // where it differs from the checkpoint's version, the difference is applied
 // as a reload before the first rollout.
 func (l *loop) run(ctx context.Context, disk *schema.Recipe) (res *Result, err error) {
+	// Every run that has a directory ends with run_end, however it ends:
+	// also when resuming fails, or the first rollout does (its rollout is
+	// then -1, which events record as 0).
+	defer func() {
+		if l.dir == nil {
+			return
+		}
+		msg := "completed"
+		if err != nil {
+			msg = err.Error()
+		} else if l.res.Interrupted {
+			msg = "interrupted"
+		}
+		if lerr := l.dir.LogEvent(rundir.Event{Type: rundir.EventRunEnd, Rollout: max(l.state.Rollout, 0), Message: msg}); lerr != nil && err == nil {
+			err = lerr
+		}
+	}()
 	if err := l.openDir(); err != nil {
 		return nil, err
 	}
@@ -386,15 +405,6 @@ func (l *loop) run(ctx context.Context, disk *schema.Recipe) (res *Result, err e
 	}
 	l.con.event("start", map[string]any{"recipe": l.rec.Name, "dir": l.dir.Path(), "backend": l.backend.Describe(),
 		"version": l.version, "watching": l.watch != nil})
-	defer func() {
-		msg := "completed"
-		if err != nil {
-			msg = err.Error()
-		} else if l.res.Interrupted {
-			msg = "interrupted"
-		}
-		l.dir.LogEvent(rundir.Event{Type: rundir.EventRunEnd, Rollout: l.state.Rollout, Message: msg})
-	}()
 	if l.resume != nil {
 		if err := l.reloadTo(l.state.Rollout, disk); err != nil {
 			return nil, err
