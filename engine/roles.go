@@ -1,10 +1,13 @@
 package engine
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
 	"slices"
 	"strings"
 
+	"stx.dev/stx/engine/rundir"
 	"stx.dev/stx/estimators"
 	"stx.dev/stx/runtime"
 	"stx.dev/stx/runtime/tokenizer"
@@ -22,6 +25,10 @@ type role struct {
 	spec    specializations.LM
 	model   *runtime.Model
 	dir     string // model directory when loaded from disk ("" for a built-in config)
+	// side are the model directory's tokenizer and generation files, read
+	// once at the start (see runtime.ReadModelFile) and written into every
+	// checkpoint, so that they do not depend on dir staying there.
+	side map[string][]byte
 	trainer *runtime.Trainer
 	// ref produces ref_log_probs with the frozen copy of the initial weights.
 	ref *specializations.Producer
@@ -51,21 +58,37 @@ func roleSeed(k schema.Knobs, i int) uint64 { return uint64(k.Seed) + 1 + uint64
 
 func sourceSeed(k schema.Knobs) uint64 { return uint64(k.Seed) + 1 }
 
-// openModel opens a role's weights: model.source (a built-in config, seeded
-// per role, or a Hugging Face directory), or, with model.init_from, the same
-// initial weights as the named role. init.value_head adds a scalar head.
-func openModel(rec *schema.Recipe, i int) (*runtime.Model, string, error) {
+// roleSource is where a role's initial weights come from: model.source, or
+// that of the role model.init_from names.
+func roleSource(rec *schema.Recipe, i int) (string, error) {
 	r := rec.Roles[i]
 	src := r.Model.Source
 	if from := r.Model.InitFrom; from != "" {
 		j := slices.IndexFunc(rec.Roles, func(x schema.Role) bool { return x.Name == from })
 		if j < 0 {
-			return nil, "", fmt.Errorf("role %q: init_from %q is not a role", r.Name, from)
+			return "", fmt.Errorf("role %q: init_from %q is not a role", r.Name, from)
 		}
 		src = rec.Roles[j].Model.Source
 	}
 	if src == "" {
 		src = "tiny"
+	}
+	return src, nil
+}
+
+// openModel opens a role's weights: model.source (a built-in config, seeded
+// per role, or a Hugging Face directory), or, with model.init_from, the same
+// initial weights as the named role; resumed, when saved is set, the
+// checkpoint directory saved holds them instead. init.value_head adds a
+// scalar head.
+func openModel(rec *schema.Recipe, i int, saved string) (*runtime.Model, string, error) {
+	r := rec.Roles[i]
+	src, err := roleSource(rec, i)
+	if err != nil {
+		return nil, "", err
+	}
+	if saved != "" {
+		src = saved
 	}
 	m, err := runtime.OpenModel(src, sourceSeed(rec.Knobs))
 	if err != nil {
@@ -85,8 +108,13 @@ func openModel(rec *schema.Recipe, i int) (*runtime.Model, string, error) {
 }
 
 // buildRoles creates the runtime side of every node. total is the number of
-// optimizer steps the schedule spans.
-func buildRoles(b *runtime.Backend, g *Graph, total int) ([]*role, error) {
+// optimizer steps the schedule spans. Resuming, cp is the checkpoint: a
+// trainable role whose weights come from a model directory is opened from
+// its saved copy there, so the run resumes even when that directory has
+// gone (the trainer then restores the optimizer state from the same place).
+// A role that keeps a frozen reference of its initial weights (with_ref)
+// still needs its source.
+func buildRoles(b *runtime.Backend, g *Graph, total int, cp *rundir.Checkpoint) ([]*role, error) {
 	rec := g.Recipe
 	var roles []*role
 	for i, n := range g.Nodes {
@@ -106,12 +134,26 @@ func buildRoles(b *runtime.Backend, g *Graph, total int) ([]*role, error) {
 		if !ok {
 			return nil, fmt.Errorf("role %q: specialization %q is not a language-model specialization; neither a language-model nor a velocity-model specialization", n.Role.Name, n.Role.Specialization)
 		}
-		m, dir, err := openModel(rec, i)
+		withRef := n.Role.Trainable && slices.Contains(n.Requires, specializations.KeyRefLogProbs) && n.Role.InitBool("with_ref")
+		saved := ""
+		if src, err := roleSource(rec, i); err == nil && cp != nil && n.Role.Trainable && !withRef && !builtinModel(src) &&
+			slices.Contains(cp.Roles(), n.Role.Name) {
+			saved = cp.RolePath(n.Role.Name)
+		}
+		m, dir, err := openModel(rec, i, saved)
 		if err != nil {
+			if src, _ := roleSource(rec, i); cp != nil && withRef && !builtinModel(src) {
+				err = fmt.Errorf("%w (resuming: the role's frozen reference, init.with_ref, is its initial weights, which only %s holds)", err, src)
+			}
 			return nil, err
 		}
 		r := &role{node: n, index: i, spec: lm, model: m, dir: dir}
-		if n.Role.Trainable && slices.Contains(n.Requires, specializations.KeyRefLogProbs) && n.Role.InitBool("with_ref") {
+		if dir != "" {
+			if r.side, err = readSideFiles(dir); err != nil {
+				return nil, fmt.Errorf("role %q: %w", n.Role.Name, err)
+			}
+		}
+		if withRef {
 			ref, err := specializations.NewReference(m)
 			if err != nil {
 				return nil, fmt.Errorf("role %q: reference: %w", n.Role.Name, err)
@@ -139,6 +181,30 @@ func buildRoles(b *runtime.Backend, g *Graph, total int) ([]*role, error) {
 		roles = append(roles, r)
 	}
 	return roles, nil
+}
+
+// sideFiles are the files of a Hugging Face model directory besides its
+// weights and config that a saved role keeps (tokenizer, generation
+// defaults).
+var sideFiles = []string{"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
+	"generation_config.json", "vocab.json", "merges.txt"}
+
+// readSideFiles reads the side files a model directory has. A link that
+// leads outside the directory is an error now, before any training, rather
+// than a secret copied into every checkpoint.
+func readSideFiles(dir string) (map[string][]byte, error) {
+	out := map[string][]byte{}
+	for _, name := range sideFiles {
+		data, err := runtime.ReadModelFile(dir, name)
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		out[name] = data
+	}
+	return out, nil
 }
 
 // schedule is the LR schedule of the knobs over total optimizer steps. It is

@@ -105,7 +105,11 @@ func Run(ctx context.Context, cat *schema.Catalog, name string, opts RunOptions)
 		}
 		base = rp.recipe
 	}
-	l, err := newLoop(base, opts)
+	var cp *rundir.Checkpoint
+	if rp != nil {
+		cp = &rp.cp
+	}
+	l, err := newLoop(base, opts, cp)
 	if err != nil {
 		watch.close()
 		if rp != nil {
@@ -152,7 +156,7 @@ type loop struct {
 	rowAdv []float64
 }
 
-func newLoop(rec *schema.Recipe, opts RunOptions) (*loop, error) {
+func newLoop(rec *schema.Recipe, opts RunOptions, cp *rundir.Checkpoint) (*loop, error) {
 	g, probs := BuildGraph(rec)
 	if len(probs) > 0 {
 		return nil, fmt.Errorf("recipe %s: %s: %s", rec.Name, probs[0].Path, probs[0].Msg)
@@ -177,7 +181,7 @@ func newLoop(rec *schema.Recipe, opts RunOptions) (*loop, error) {
 	}
 	l.kind = kind
 	l.total = l.scheduleSteps(k)
-	if l.roles, err = buildRoles(l.backend, g, max(l.total, 1)); err != nil {
+	if l.roles, err = buildRoles(l.backend, g, max(l.total, 1), cp); err != nil {
 		return nil, err
 	}
 	l.byName = map[string]*role{}

@@ -490,6 +490,9 @@ func openResume(path, name string) (_ *resumePoint, err error) {
 		return nil, err
 	}
 	if len(cps) == 0 {
+		if notes := d.Notes(); len(notes) > 0 {
+			return nil, fmt.Errorf("resume %s: no complete checkpoint:\n%s", path, indent(strings.Join(notes, "\n")))
+		}
 		return nil, fmt.Errorf("resume %s: no complete checkpoint", path)
 	}
 	var rejected []string
