@@ -20,15 +20,11 @@ import (
 // when init.with_ref is set, and a forward-only producer for the keys it
 // gives other roles (or itself: a critic's rollout-time values).
 type role struct {
-	node  Node
-	index int
-	spec  specializations.LM
-	model *runtime.Model
-	dir   string // model directory when loaded from disk ("" for a built-in config)
-	// side are the model directory's tokenizer and generation files, read
-	// once at the start (see runtime.ReadModelFile) and written into every
-	// checkpoint, so that they do not depend on dir staying there.
-	side    map[string][]byte
+	node    Node
+	index   int
+	spec    specializations.LM
+	model   *runtime.Model
+	dir     string // model directory when loaded from disk ("" for a built-in config)
 	trainer *runtime.Trainer
 	// ref produces ref_log_probs with the frozen copy of the initial weights.
 	ref *specializations.Producer
@@ -36,6 +32,10 @@ type role struct {
 	self *specializations.Producer
 	// flow is set instead of spec, model and trainer for a velocity-model role.
 	flow *flowRole
+	// side are the model directory's tokenizer and generation files, read
+	// once at the start (see runtime.ReadModelFile) and written into every
+	// checkpoint, so that they do not depend on dir staying there.
+	side map[string][]byte
 }
 
 // trainable reports whether the role takes optimizer steps.
