@@ -218,3 +218,39 @@ func TestResumeAfterSourceRemoved(t *testing.T) {
 		t.Errorf("%s: %q, %v", last, data, err)
 	}
 }
+
+// TestSourceLinkOutsideModelRefused: a model directory whose tokenizer file
+// links outside it is refused before training; nothing of the link's
+// target reaches the run directory.
+func TestSourceLinkOutsideModelRefused(t *testing.T) {
+	m, err := runtime.OpenModel("tiny", 5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	root := t.TempDir()
+	src := filepath.Join(root, "base")
+	if err := m.SaveHF(src, 0); err != nil {
+		t.Fatal(err)
+	}
+	secret := filepath.Join(root, "id_rsa")
+	if err := os.WriteFile(secret, []byte("PRIVATE KEY"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(secret, filepath.Join(src, "tokenizer.json")); err != nil {
+		t.Skipf("no symbolic links here: %v", err)
+	}
+	runs := t.TempDir()
+	sets := append([]string{`roles.policy.model.source="` + src + `"`}, tinySFT...)
+	_, err = Run(context.Background(), runCatalog(t, "sft", sets...), "sft", RunOptions{RunsDir: runs, NoEvalBefore: true})
+	if err == nil || !strings.Contains(err.Error(), "outside the model directory") {
+		t.Fatalf("err = %v, want the link refused", err)
+	}
+	filepath.Walk(runs, func(p string, info os.FileInfo, err error) error {
+		if err == nil && info.Mode().IsRegular() {
+			if data, _ := os.ReadFile(p); bytes.Contains(data, []byte("PRIVATE KEY")) {
+				t.Errorf("%s holds the link's target", p)
+			}
+		}
+		return nil
+	})
+}

@@ -22,8 +22,10 @@
 // only when complete; a checkpoint whose COMPLETE marker does not match
 // its files is not a checkpoint.
 //
-// Resuming, the engine opens the run, takes Latest, calls Clean, and
-// truncates the streams past the checkpoint (TruncateMetricsAfter,
+// Resuming, the engine opens the run, calls Clean, takes the latest
+// checkpoint that verifies (Reject moves one that does not aside, to
+// checkpoints/<rollout>.rejected-<time>: nothing a run saved is deleted
+// because it looks damaged), and truncates the streams past the checkpoint (TruncateMetricsAfter,
 // TruncateEpisodesAfter) so the resumed run writes the same records an
 // uninterrupted one would have.
 package rundir
