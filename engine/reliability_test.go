@@ -163,10 +163,27 @@ func TestLoopStateCheck(t *testing.T) {
 	}
 }
 
-// TestResumeAfterSourceRemoved: a run whose policy came from a model
-// directory resumes from its checkpoint's own weights after that directory
-// is gone, with the metrics of an uninterrupted run.
+// TestResumeAfterSourceRemoved: a run whose roles came from a model
+// directory resumes after that directory is gone, with the metrics of an
+// uninterrupted run: trained roles from the checkpoint's own weights,
+// frozen ones (a reference role, a with_ref role's reference) from the
+// initial weights the run kept.
 func TestResumeAfterSourceRemoved(t *testing.T) {
+	for _, tc := range []struct {
+		recipe string
+		sets   []string
+	}{
+		{"sft", []string{`roles.policy.model.source="SRC"`}},
+		{"dpo", []string{`roles.policy.model.source="SRC"`}},
+		{"dpo_distributed", []string{`roles.policy.model.source="SRC"`, `roles.reference.model.source="SRC"`}},
+	} {
+		t.Run(tc.recipe, func(t *testing.T) {
+			checkResumeWithoutSource(t, tc.recipe, tc.sets)
+		})
+	}
+}
+
+func checkResumeWithoutSource(t *testing.T, recipe string, srcSets []string) {
 	m, err := runtime.OpenModel("tiny", 5)
 	if err != nil {
 		t.Fatal(err)
@@ -178,14 +195,18 @@ func TestResumeAfterSourceRemoved(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(src, "generation_config.json"), []byte(`{"max_length": 64}`+"\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	sets := append([]string{`roles.policy.model.source="` + src + `"`}, append(tinySFT, "knobs.num_rollout=4", "knobs.keep_checkpoints=1")...)
-	full, err := Run(context.Background(), runCatalog(t, "sft", sets...), "sft", RunOptions{RunsDir: t.TempDir(), NoEvalBefore: true})
+	var sets []string
+	for _, s := range srcSets {
+		sets = append(sets, strings.Replace(s, "SRC", src, 1))
+	}
+	sets = append(sets, append(tinySFT, "knobs.num_rollout=4", "knobs.keep_checkpoints=1")...)
+	full, err := Run(context.Background(), runCatalog(t, recipe, sets...), recipe, RunOptions{RunsDir: t.TempDir(), NoEvalBefore: true})
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	part, err := Run(ctx, runCatalog(t, "sft", sets...), "sft", RunOptions{RunsDir: t.TempDir(), NoEvalBefore: true,
+	part, err := Run(ctx, runCatalog(t, recipe, sets...), recipe, RunOptions{RunsDir: t.TempDir(), NoEvalBefore: true,
 		Out: &cancelAfter{line: "rollout 2/4", cancel: cancel}})
 	if err != nil || !part.Interrupted {
 		t.Fatalf("interrupted run: %+v, %v", part, err)
@@ -193,7 +214,7 @@ func TestResumeAfterSourceRemoved(t *testing.T) {
 	if err := os.RemoveAll(src); err != nil {
 		t.Fatal(err)
 	}
-	res, err := Run(context.Background(), runCatalog(t, "sft", sets...), "sft", RunOptions{Resume: part.Dir})
+	res, err := Run(context.Background(), runCatalog(t, recipe, sets...), recipe, RunOptions{Resume: part.Dir})
 	if err != nil {
 		t.Fatalf("resume without the source directory: %v", err)
 	}

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 
@@ -112,9 +114,10 @@ func openModel(rec *schema.Recipe, i int, saved string) (*runtime.Model, string,
 // trainable role whose weights come from a model directory is opened from
 // its saved copy there, so the run resumes even when that directory has
 // gone (the trainer then restores the optimizer state from the same place).
-// A role that keeps a frozen reference of its initial weights (with_ref)
-// still needs its source.
-func buildRoles(b *runtime.Backend, g *Graph, total int, cp *rundir.Checkpoint) ([]*role, error) {
+// Frozen roles and roles that keep a frozen reference of their initial
+// weights (with_ref) open the initial weights the run kept (keepInitial),
+// or else their source.
+func buildRoles(b *runtime.Backend, g *Graph, total int, from *resumeFrom) ([]*role, error) {
 	rec := g.Recipe
 	var roles []*role
 	for i, n := range g.Nodes {
@@ -135,16 +138,9 @@ func buildRoles(b *runtime.Backend, g *Graph, total int, cp *rundir.Checkpoint) 
 			return nil, fmt.Errorf("role %q: specialization %q is not a language-model specialization; neither a language-model nor a velocity-model specialization", n.Role.Name, n.Role.Specialization)
 		}
 		withRef := n.Role.Trainable && slices.Contains(n.Requires, specializations.KeyRefLogProbs) && n.Role.InitBool("with_ref")
-		saved := ""
-		if src, err := roleSource(rec, i); err == nil && cp != nil && n.Role.Trainable && !withRef && !builtinModel(src) &&
-			slices.Contains(cp.Roles(), n.Role.Name) {
-			saved = cp.RolePath(n.Role.Name)
-		}
+		saved := from.weights(rec, i, n.Role.Trainable && !withRef)
 		m, dir, err := openModel(rec, i, saved)
 		if err != nil {
-			if src, _ := roleSource(rec, i); cp != nil && withRef && !builtinModel(src) {
-				err = fmt.Errorf("%w (resuming: the role's frozen reference, init.with_ref, is its initial weights, which only %s holds)", err, src)
-			}
 			return nil, err
 		}
 		r := &role{node: n, index: i, spec: lm, model: m, dir: dir}
@@ -181,6 +177,61 @@ func buildRoles(b *runtime.Backend, g *Graph, total int, cp *rundir.Checkpoint) 
 		roles = append(roles, r)
 	}
 	return roles, nil
+}
+
+// resumeFrom is where a resumed run finds weights other than its sources:
+// the checkpoint, and the initial weights it kept (rundir.InitialDir).
+type resumeFrom struct {
+	cp      *rundir.Checkpoint
+	initial string
+}
+
+// weights is the directory to open role i of rec from when resuming ("":
+// its source). trained says whether the checkpoint holds the role's
+// weights to continue from. Built-in sources are rebuilt from the seed.
+func (f *resumeFrom) weights(rec *schema.Recipe, i int, trained bool) string {
+	src, err := roleSource(rec, i)
+	if f == nil || err != nil || builtinModel(src) {
+		return ""
+	}
+	name := rec.Roles[i].Name
+	if trained {
+		if slices.Contains(f.cp.Roles(), name) {
+			return f.cp.RolePath(name)
+		}
+		return ""
+	}
+	p := filepath.Join(f.initial, name)
+	if st, err := os.Stat(p); err == nil && st.IsDir() {
+		return p
+	}
+	return ""
+}
+
+// modelFiles lists the files of a model directory that make the model:
+// config.json, the weights (single file or index and shards) and the side
+// files, each resolved as runtime.ResolveModelFile does (no link leading
+// outside the directory).
+func modelFiles(dir string) (map[string]string, error) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]string{}
+	for _, e := range entries {
+		name := e.Name()
+		keep := name == "config.json" || name == "model.safetensors.index.json" || slices.Contains(sideFiles, name) ||
+			strings.HasSuffix(name, ".safetensors") && name != "optimizer.safetensors" && !strings.HasPrefix(name, ".")
+		if !keep {
+			continue
+		}
+		p, err := runtime.ResolveModelFile(dir, name)
+		if err != nil {
+			return nil, err
+		}
+		out[name] = p
+	}
+	return out, nil
 }
 
 // sideFiles are the files of a Hugging Face model directory besides its

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -105,11 +106,11 @@ func Run(ctx context.Context, cat *schema.Catalog, name string, opts RunOptions)
 		}
 		base = rp.recipe
 	}
-	var cp *rundir.Checkpoint
+	var from *resumeFrom
 	if rp != nil {
-		cp = &rp.cp
+		from = &resumeFrom{cp: &rp.cp, initial: filepath.Join(rp.dir.Path(), rundir.InitialDir)}
 	}
-	l, err := newLoop(base, opts, cp)
+	l, err := newLoop(base, opts, from)
 	if err != nil {
 		watch.close()
 		if rp != nil {
@@ -156,7 +157,7 @@ type loop struct {
 	rowAdv []float64
 }
 
-func newLoop(rec *schema.Recipe, opts RunOptions, cp *rundir.Checkpoint) (*loop, error) {
+func newLoop(rec *schema.Recipe, opts RunOptions, from *resumeFrom) (*loop, error) {
 	g, probs := BuildGraph(rec)
 	if len(probs) > 0 {
 		return nil, fmt.Errorf("recipe %s: %s: %s", rec.Name, probs[0].Path, probs[0].Msg)
@@ -181,7 +182,7 @@ func newLoop(rec *schema.Recipe, opts RunOptions, cp *rundir.Checkpoint) (*loop,
 	}
 	l.kind = kind
 	l.total = l.scheduleSteps(k)
-	if l.roles, err = buildRoles(l.backend, g, max(l.total, 1), cp); err != nil {
+	if l.roles, err = buildRoles(l.backend, g, max(l.total, 1), from); err != nil {
 		return nil, err
 	}
 	l.byName = map[string]*role{}
@@ -328,6 +329,9 @@ func (l *loop) openDir() error {
 		if err := l.dir.WriteRecipe(1, text); err != nil {
 			return err
 		}
+		if err := l.keepInitial(); err != nil {
+			return err
+		}
 		l.state.Rollout = -1
 		return l.dir.LogEvent(rundir.Event{Type: rundir.EventRunStart, Rollout: 0, Version: 1,
 			Message: l.backend.Describe()})
@@ -374,6 +378,36 @@ func (l *loop) openDir() error {
 	}
 	l.con.printf("resuming %s from the checkpoint of rollout %d (step %d, recipe v%d)\n", l.dir.Path(), l.state.Rollout+1, l.state.Step, l.version)
 	return l.dir.LogEvent(rundir.Event{Type: rundir.EventRunResume, Rollout: l.state.Rollout, Version: l.version, Checkpoint: rp.cp.Path})
+}
+
+// keepInitial keeps in the run directory the initial weights that a resume
+// needs and no checkpoint holds: those of frozen roles and of the frozen
+// reference of with_ref roles, where they come from a model directory.
+// Hard links cost nothing; where they fail the files are copied, which is
+// reported.
+func (l *loop) keepInitial() error {
+	for _, r := range l.roles {
+		if r.flow != nil || r.dir == "" || (r.ref == nil && r.trainer != nil) {
+			continue
+		}
+		files, err := modelFiles(r.dir)
+		if err != nil {
+			return fmt.Errorf("role %q: %w", r.name(), err)
+		}
+		copied, err := l.dir.KeepInitial(r.name(), files)
+		if err != nil {
+			return err
+		}
+		if copied > 0 {
+			msg := fmt.Sprintf("role %q: copied %d bytes of initial weights from %s into %s (hard links failed), so that resuming does not need the source",
+				r.name(), copied, r.dir, l.dir.InitialPath(r.name()))
+			l.con.printf("%s\n", msg)
+			if err := l.dir.LogEvent(rundir.Event{Type: rundir.EventWarning, Message: msg}); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // run is the outer loop. disk is the recipe of the files on disk: on resume,

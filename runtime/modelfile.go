@@ -20,15 +20,26 @@ const maxModelFile = 512 << 20
 // repository folder, and anything but a regular file. A missing file is an
 // error satisfying errors.Is(err, fs.ErrNotExist).
 func ReadModelFile(dir, name string) ([]byte, error) {
+	path, err := ResolveModelFile(dir, name)
+	if err != nil {
+		return nil, err
+	}
+	return plainfile.ReadFile(path, maxModelFile)
+}
+
+// ResolveModelFile returns the file that dir/name is, following symbolic
+// links only as far as ReadModelFile does, and checks that it is a regular
+// file.
+func ResolveModelFile(dir, name string) (string, error) {
 	path := filepath.Join(dir, name)
 	st, err := os.Lstat(path)
 	if err != nil {
-		return nil, err
+		return "", err
 	}
 	if st.Mode()&os.ModeSymlink != 0 {
 		root, err := filepath.EvalSymlinks(dir)
 		if err != nil {
-			return nil, err
+			return "", err
 		}
 		if filepath.Base(filepath.Dir(root)) == "snapshots" {
 			// A Hugging Face cache snapshot (<repo>/snapshots/<revision>)
@@ -37,12 +48,19 @@ func ReadModelFile(dir, name string) ([]byte, error) {
 		}
 		target, err := filepath.EvalSymlinks(path)
 		if err != nil {
-			return nil, fmt.Errorf("%s: %w", path, err)
+			return "", fmt.Errorf("%s: %w", path, err)
 		}
 		rel, err := filepath.Rel(root, target)
 		if err != nil || rel == ".." || strings.HasPrefix(rel, ".."+string(filepath.Separator)) || filepath.IsAbs(rel) {
-			return nil, fmt.Errorf("%s is a symbolic link to %s, outside the model directory: not copied", path, target)
+			return "", fmt.Errorf("%s is a symbolic link to %s, outside the model directory: not copied", path, target)
 		}
+		path = target
 	}
-	return plainfile.ReadFile(path, maxModelFile)
+	if st, err = os.Stat(path); err != nil {
+		return "", err
+	}
+	if !st.Mode().IsRegular() {
+		return "", fmt.Errorf("%s: %w", path, plainfile.ErrNotRegular)
+	}
+	return path, nil
 }
