@@ -13,6 +13,7 @@
 //	    episodes.jsonl    sampled episodes, free-form JSON objects
 //	    checkpoints/000042/<role>/{model.safetensors, optimizer.safetensors, state.json}
 //	    checkpoints/000042/COMPLETE   the file list with sizes and CRC-32C checksums
+//	    initial/<role>/   initial weights of frozen roles and references (hard links to the source)
 //
 // Whole files (config.cue, recipe versions, COMPLETE, run.json) are
 // replaced atomically: written to a temporary name, synced and renamed.
