@@ -2,7 +2,7 @@
 GO ?= go
 STX := ./stx
 
-.PHONY: all build test vet fmt-check demo bench clean
+.PHONY: all build test vet fmt-check fuzz demo bench clean
 
 all: build
 
@@ -18,6 +18,17 @@ test: fmt-check vet
 	$(GO) vet -tags noopenblas ./runtime/...
 	$(GO) test -count=1 -tags noopenblas ./runtime/ ./runtime/cpu/...
 	CGO_ENABLED=0 $(GO) build -o /dev/null ./cmd/stx
+	$(MAKE) fuzz
+
+# fuzz: each fuzz test of the readers of users' files for a bounded time (FUZZTIME each, 4 × 8 s
+# by default); what a run finds is kept under the package's testdata/fuzz/<FuzzX>/ and replayed by
+# every later `go test` as a regression case.
+FUZZTIME ?= 8s
+fuzz:
+	$(GO) test -run '^$$' -fuzz '^FuzzLoad$$' -fuzztime $(FUZZTIME) ./schema
+	$(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME) ./runtime/safetensors
+	$(GO) test -run '^$$' -fuzz '^FuzzReadFile$$' -fuzztime $(FUZZTIME) ./runtime/safetensors
+	$(GO) test -run '^$$' -fuzz '^FuzzLoadJSONL$$' -fuzztime $(FUZZTIME) ./engine/tasks
 
 vet:
 	$(GO) vet ./...

@@ -60,6 +60,10 @@ func (g *Graph) Node(role string) (Node, bool) {
 type Problem struct {
 	Path string
 	Msg  string
+	// Factors, for a product of knobs that is too large, are the paths of
+	// its factors (Path is the last): the one to blame is the one the user
+	// set (schema.Catalog.FactorPath).
+	Factors []string
 }
 
 // groupEstimators need at least two samples per prompt to form a baseline.
@@ -218,6 +222,8 @@ func BuildGraph(r *schema.Recipe) (*Graph, []Problem) {
 		}
 	}
 
+	probs = append(probs, tokenBounds(g)...)
+
 	// Pools, in recipe order.
 	for _, role := range r.Roles {
 		i := slices.IndexFunc(g.Pools, func(p Pool) bool { return p.Name == role.Pool })
@@ -342,4 +348,41 @@ func sortedKeys[V any](m map[string]V) []string {
 	}
 	sort.Strings(ks)
 	return ks
+}
+
+// Bounds of the token counts that size knobs multiply up to, far above any
+// real run: past them a run would only fail later, out of memory.
+const (
+	maxRolloutTokens = 1 << 28 // tokens (prompt + completion) of one rollout
+	maxMicroTokens   = 1 << 22 // tokens of one micro-batch
+)
+
+// tokenBounds checks what one rollout and one micro-batch would hold, for
+// recipes whose roles train on token sequences.
+func tokenBounds(g *Graph) []Problem {
+	k := g.Recipe.Knobs
+	tokens := slices.ContainsFunc(g.Nodes, func(n Node) bool {
+		return n.Contract.Data != specializations.DataFlow && n.Contract.Data != specializations.DataFlowRL
+	})
+	if !tokens {
+		return nil
+	}
+	var probs []Problem
+	seq := int64(k.MaxPromptTokens) + int64(k.MaxNewTokens)
+	rows := int64(k.RolloutBatchSize) * int64(k.NSamplesPerPrompt)
+	if tok := rows * seq; tok > maxRolloutTokens {
+		probs = append(probs, Problem{Path: "knobs.max_new_tokens",
+			Factors: []string{"knobs.rollout_batch_size", "knobs.n_samples_per_prompt", "knobs.max_prompt_tokens", "knobs.max_new_tokens"},
+			Msg: fmt.Sprintf("a rollout of rollout_batch_size %d × n_samples_per_prompt %d × (max_prompt_tokens %d + max_new_tokens %d) = %d tokens exceeds the limit of %d",
+				k.RolloutBatchSize, k.NSamplesPerPrompt, k.MaxPromptTokens, k.MaxNewTokens, tok, maxRolloutTokens)})
+	}
+	// A micro-batch never holds more than the train batch.
+	micro := min(int64(k.MicroBatchSize), max(int64(k.TrainBatch()), 1))
+	if tok := micro * seq; tok > maxMicroTokens {
+		probs = append(probs, Problem{Path: "knobs.micro_batch_size",
+			Factors: []string{"knobs.micro_batch_size", "knobs.max_prompt_tokens", "knobs.max_new_tokens"},
+			Msg: fmt.Sprintf("a micro-batch of %d sequences (micro_batch_size %d) × (max_prompt_tokens %d + max_new_tokens %d) = %d tokens exceeds the limit of %d",
+				micro, k.MicroBatchSize, k.MaxPromptTokens, k.MaxNewTokens, tok, maxMicroTokens)})
+	}
+	return probs
 }

@@ -534,7 +534,7 @@ func TestEveryHotKnobIsClassified(t *testing.T) {
 // computes with the new clip_ratio_high. A cold knob (dro_beta) is refused.
 func TestHotKnobsReachSamplerAndSpecialization(t *testing.T) {
 	cat := runCatalog(t, "grpo", "knobs.rollout_batch_size=2", "knobs.n_samples_per_prompt=2", "knobs.max_new_tokens=4")
-	l, err := newLoop(cat.Recipes["grpo"], RunOptions{})
+	l, err := newLoop(cat.Recipes["grpo"], RunOptions{}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

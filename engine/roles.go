@@ -1,10 +1,15 @@
 package engine
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 
+	"stx.dev/stx/engine/rundir"
 	"stx.dev/stx/estimators"
 	"stx.dev/stx/runtime"
 	"stx.dev/stx/runtime/tokenizer"
@@ -29,6 +34,10 @@ type role struct {
 	self *specializations.Producer
 	// flow is set instead of spec, model and trainer for a velocity-model role.
 	flow *flowRole
+	// side are the model directory's tokenizer and generation files, read
+	// once at the start (see runtime.ReadModelFile) and written into every
+	// checkpoint, so that they do not depend on dir staying there.
+	side map[string][]byte
 }
 
 // trainable reports whether the role takes optimizer steps.
@@ -51,21 +60,37 @@ func roleSeed(k schema.Knobs, i int) uint64 { return uint64(k.Seed) + 1 + uint64
 
 func sourceSeed(k schema.Knobs) uint64 { return uint64(k.Seed) + 1 }
 
-// openModel opens a role's weights: model.source (a built-in config, seeded
-// per role, or a Hugging Face directory), or, with model.init_from, the same
-// initial weights as the named role. init.value_head adds a scalar head.
-func openModel(rec *schema.Recipe, i int) (*runtime.Model, string, error) {
+// roleSource is where a role's initial weights come from: model.source, or
+// that of the role model.init_from names.
+func roleSource(rec *schema.Recipe, i int) (string, error) {
 	r := rec.Roles[i]
 	src := r.Model.Source
 	if from := r.Model.InitFrom; from != "" {
 		j := slices.IndexFunc(rec.Roles, func(x schema.Role) bool { return x.Name == from })
 		if j < 0 {
-			return nil, "", fmt.Errorf("role %q: init_from %q is not a role", r.Name, from)
+			return "", fmt.Errorf("role %q: init_from %q is not a role", r.Name, from)
 		}
 		src = rec.Roles[j].Model.Source
 	}
 	if src == "" {
 		src = "tiny"
+	}
+	return src, nil
+}
+
+// openModel opens a role's weights: model.source (a built-in config, seeded
+// per role, or a Hugging Face directory), or, with model.init_from, the same
+// initial weights as the named role; resumed, when saved is set, the
+// checkpoint directory saved holds them instead. init.value_head adds a
+// scalar head.
+func openModel(rec *schema.Recipe, i int, saved string) (*runtime.Model, string, error) {
+	r := rec.Roles[i]
+	src, err := roleSource(rec, i)
+	if err != nil {
+		return nil, "", err
+	}
+	if saved != "" {
+		src = saved
 	}
 	m, err := runtime.OpenModel(src, sourceSeed(rec.Knobs))
 	if err != nil {
@@ -85,8 +110,14 @@ func openModel(rec *schema.Recipe, i int) (*runtime.Model, string, error) {
 }
 
 // buildRoles creates the runtime side of every node. total is the number of
-// optimizer steps the schedule spans.
-func buildRoles(b *runtime.Backend, g *Graph, total int) ([]*role, error) {
+// optimizer steps the schedule spans. Resuming, cp is the checkpoint: a
+// trainable role whose weights come from a model directory is opened from
+// its saved copy there, so the run resumes even when that directory has
+// gone (the trainer then restores the optimizer state from the same place).
+// Frozen roles and roles that keep a frozen reference of their initial
+// weights (with_ref) open the initial weights the run kept (keepInitial),
+// or else their source.
+func buildRoles(b *runtime.Backend, g *Graph, total int, from *resumeFrom) ([]*role, error) {
 	rec := g.Recipe
 	var roles []*role
 	for i, n := range g.Nodes {
@@ -106,12 +137,19 @@ func buildRoles(b *runtime.Backend, g *Graph, total int) ([]*role, error) {
 		if !ok {
 			return nil, fmt.Errorf("role %q: specialization %q is not a language-model specialization; neither a language-model nor a velocity-model specialization", n.Role.Name, n.Role.Specialization)
 		}
-		m, dir, err := openModel(rec, i)
+		withRef := n.Role.Trainable && slices.Contains(n.Requires, specializations.KeyRefLogProbs) && n.Role.InitBool("with_ref")
+		saved := from.weights(rec, i, n.Role.Trainable && !withRef)
+		m, dir, err := openModel(rec, i, saved)
 		if err != nil {
 			return nil, err
 		}
 		r := &role{node: n, index: i, spec: lm, model: m, dir: dir}
-		if n.Role.Trainable && slices.Contains(n.Requires, specializations.KeyRefLogProbs) && n.Role.InitBool("with_ref") {
+		if dir != "" {
+			if r.side, err = readSideFiles(dir); err != nil {
+				return nil, fmt.Errorf("role %q: %w", n.Role.Name, err)
+			}
+		}
+		if withRef {
 			ref, err := specializations.NewReference(m)
 			if err != nil {
 				return nil, fmt.Errorf("role %q: reference: %w", n.Role.Name, err)
@@ -139,6 +177,85 @@ func buildRoles(b *runtime.Backend, g *Graph, total int) ([]*role, error) {
 		roles = append(roles, r)
 	}
 	return roles, nil
+}
+
+// resumeFrom is where a resumed run finds weights other than its sources:
+// the checkpoint, and the initial weights it kept (rundir.InitialDir).
+type resumeFrom struct {
+	cp      *rundir.Checkpoint
+	initial string
+}
+
+// weights is the directory to open role i of rec from when resuming ("":
+// its source). trained says whether the checkpoint holds the role's
+// weights to continue from. Built-in sources are rebuilt from the seed.
+func (f *resumeFrom) weights(rec *schema.Recipe, i int, trained bool) string {
+	src, err := roleSource(rec, i)
+	if f == nil || err != nil || builtinModel(src) {
+		return ""
+	}
+	name := rec.Roles[i].Name
+	if trained {
+		if slices.Contains(f.cp.Roles(), name) {
+			return f.cp.RolePath(name)
+		}
+		return ""
+	}
+	p := filepath.Join(f.initial, name)
+	if st, err := os.Stat(p); err == nil && st.IsDir() {
+		return p
+	}
+	return ""
+}
+
+// modelFiles lists the files of a model directory that make the model:
+// config.json, the weights (single file or index and shards) and the side
+// files, each resolved as runtime.ResolveModelFile does (no link leading
+// outside the directory).
+func modelFiles(dir string) (map[string]string, error) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]string{}
+	for _, e := range entries {
+		name := e.Name()
+		keep := name == "config.json" || name == "model.safetensors.index.json" || slices.Contains(sideFiles, name) ||
+			strings.HasSuffix(name, ".safetensors") && name != "optimizer.safetensors" && !strings.HasPrefix(name, ".")
+		if !keep {
+			continue
+		}
+		p, err := runtime.ResolveModelFile(dir, name)
+		if err != nil {
+			return nil, err
+		}
+		out[name] = p
+	}
+	return out, nil
+}
+
+// sideFiles are the files of a Hugging Face model directory besides its
+// weights and config that a saved role keeps (tokenizer, generation
+// defaults).
+var sideFiles = []string{"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
+	"generation_config.json", "vocab.json", "merges.txt"}
+
+// readSideFiles reads the side files a model directory has. A link that
+// leads outside the directory is an error now, before any training, rather
+// than a secret copied into every checkpoint.
+func readSideFiles(dir string) (map[string][]byte, error) {
+	out := map[string][]byte{}
+	for _, name := range sideFiles {
+		data, err := runtime.ReadModelFile(dir, name)
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		out[name] = data
+	}
+	return out, nil
 }
 
 // schedule is the LR schedule of the knobs over total optimizer steps. It is

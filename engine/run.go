@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -105,10 +106,16 @@ func Run(ctx context.Context, cat *schema.Catalog, name string, opts RunOptions)
 		}
 		base = rp.recipe
 	}
-	l, err := newLoop(base, opts)
+	var from *resumeFrom
+	if rp != nil {
+		from = &resumeFrom{cp: &rp.cp, initial: filepath.Join(rp.dir.Path(), rundir.InitialDir)}
+	}
+	l, err := newLoop(base, opts, from)
 	if err != nil {
 		watch.close()
 		if rp != nil {
+			// The run being resumed records how this attempt ended.
+			rp.dir.LogEvent(rundir.Event{Type: rundir.EventRunEnd, Rollout: max(rp.state.Rollout, 0), Message: err.Error()})
 			rp.dir.Close()
 		}
 		return nil, err
@@ -151,7 +158,7 @@ type loop struct {
 	rowAdv []float64
 }
 
-func newLoop(rec *schema.Recipe, opts RunOptions) (*loop, error) {
+func newLoop(rec *schema.Recipe, opts RunOptions, from *resumeFrom) (*loop, error) {
 	g, probs := BuildGraph(rec)
 	if len(probs) > 0 {
 		return nil, fmt.Errorf("recipe %s: %s: %s", rec.Name, probs[0].Path, probs[0].Msg)
@@ -183,7 +190,7 @@ func newLoop(rec *schema.Recipe, opts RunOptions) (*loop, error) {
 	}
 	l.nTrain = len(task.Train())
 	l.total = l.scheduleSteps(k)
-	if l.roles, err = buildRoles(l.backend, g, max(l.total, 1)); err != nil {
+	if l.roles, err = buildRoles(l.backend, g, max(l.total, 1), from); err != nil {
 		return nil, err
 	}
 	l.byName = map[string]*role{}
@@ -365,6 +372,9 @@ func (l *loop) openDir() error {
 		if err := l.dir.WriteRecipe(1, text); err != nil {
 			return err
 		}
+		if err := l.keepInitial(); err != nil {
+			return err
+		}
 		l.state.Rollout = -1
 		return l.dir.LogEvent(rundir.Event{Type: rundir.EventRunStart, Rollout: 0, Version: 1,
 			Message: l.backend.Describe()})
@@ -413,10 +423,57 @@ func (l *loop) openDir() error {
 	return l.dir.LogEvent(rundir.Event{Type: rundir.EventRunResume, Rollout: l.state.Rollout, Version: l.version, Checkpoint: rp.cp.Path})
 }
 
+// keepInitial keeps in the run directory the initial weights that a resume
+// needs and no checkpoint holds: those of frozen roles and of the frozen
+// reference of with_ref roles, where they come from a model directory.
+// Hard links cost nothing; where they fail the files are copied, which is
+// reported.
+func (l *loop) keepInitial() error {
+	for _, r := range l.roles {
+		if r.flow != nil || r.dir == "" || (r.ref == nil && r.trainer != nil) {
+			continue
+		}
+		files, err := modelFiles(r.dir)
+		if err != nil {
+			return fmt.Errorf("role %q: %w", r.name(), err)
+		}
+		copied, err := l.dir.KeepInitial(r.name(), files)
+		if err != nil {
+			return err
+		}
+		if copied > 0 {
+			msg := fmt.Sprintf("role %q: copied %d bytes of initial weights from %s into %s (hard links failed), so that resuming does not need the source",
+				r.name(), copied, r.dir, l.dir.InitialPath(r.name()))
+			l.con.printf("%s\n", msg)
+			if err := l.dir.LogEvent(rundir.Event{Type: rundir.EventWarning, Message: msg}); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
 // run is the outer loop. disk is the recipe of the files on disk: on resume,
 // where it differs from the checkpoint's version, the difference is applied
 // as a reload before the first rollout.
 func (l *loop) run(ctx context.Context, disk *schema.Recipe) (res *Result, err error) {
+	// Every run that has a directory ends with run_end, however it ends:
+	// also when resuming fails, or the first rollout does (its rollout is
+	// then -1, which events record as 0).
+	defer func() {
+		if l.dir == nil {
+			return
+		}
+		msg := "completed"
+		if err != nil {
+			msg = err.Error()
+		} else if l.res.Interrupted {
+			msg = "interrupted"
+		}
+		if lerr := l.dir.LogEvent(rundir.Event{Type: rundir.EventRunEnd, Rollout: max(l.state.Rollout, 0), Message: msg}); lerr != nil && err == nil {
+			err = lerr
+		}
+	}()
 	if err := l.openDir(); err != nil {
 		return nil, err
 	}
@@ -429,15 +486,6 @@ func (l *loop) run(ctx context.Context, disk *schema.Recipe) (res *Result, err e
 	}
 	l.con.event("start", map[string]any{"recipe": l.rec.Name, "dir": l.dir.Path(), "backend": l.backend.Describe(),
 		"version": l.version, "watching": l.watch != nil})
-	defer func() {
-		msg := "completed"
-		if err != nil {
-			msg = err.Error()
-		} else if l.res.Interrupted {
-			msg = "interrupted"
-		}
-		l.dir.LogEvent(rundir.Event{Type: rundir.EventRunEnd, Rollout: l.state.Rollout, Message: msg})
-	}()
 	if l.resume != nil {
 		if err := l.reloadTo(l.state.Rollout, disk); err != nil {
 			return nil, err

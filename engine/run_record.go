@@ -51,8 +51,8 @@ func (l *loop) save(id int) error {
 		if err := r.trainer.SaveCheckpoint(dir, rng); err != nil {
 			return fmt.Errorf("checkpoint role %q: %w", r.name(), err)
 		}
-		if r.dir != "" {
-			copyTokenizer(r.dir, dir)
+		if err := writeSideFiles(r.side, dir); err != nil {
+			return fmt.Errorf("checkpoint role %q: %w", r.name(), err)
 		}
 	}
 	data, err := json.Marshal(l.state)
@@ -73,14 +73,16 @@ func (l *loop) save(id int) error {
 	return err
 }
 
-// copyTokenizer puts a checkpoint's tokenizer files beside the saved weights
-// so that the saved role opens in other tools unchanged.
-func copyTokenizer(from, to string) {
-	for _, f := range []string{"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"} {
-		if data, err := os.ReadFile(filepath.Join(from, f)); err == nil {
-			os.WriteFile(filepath.Join(to, f), data, 0o644)
+// writeSideFiles puts a role's tokenizer and generation files (read when
+// the run started) beside the saved weights, so that the saved role opens
+// in other tools unchanged.
+func writeSideFiles(side map[string][]byte, to string) error {
+	for name, data := range side {
+		if err := os.WriteFile(filepath.Join(to, name), data, 0o644); err != nil {
+			return err
 		}
 	}
+	return nil
 }
 
 // logEpisodes writes up to 8 sampled rows of rollout id to episodes.jsonl.

@@ -3,6 +3,7 @@ package engine
 import (
 	"encoding/json"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"slices"
@@ -466,9 +467,12 @@ type resumePoint struct {
 	recipe  *schema.Recipe
 }
 
-// openResume opens the run to resume and reads its last complete
-// checkpoint, including the recipe version in force there (v1 for
-// checkpoints written before versions were recorded).
+// openResume opens the run to resume and reads its last usable checkpoint,
+// including the recipe version in force there (v1 for checkpoints written
+// before versions were recorded). A checkpoint that fails its checks
+// (checksums, engine.json) is rejected: moved aside
+// with a message on the console and in events.jsonl, never deleted, and
+// the previous complete checkpoint is tried.
 func openResume(path, name string) (_ *resumePoint, err error) {
 	d, err := rundir.Open(path)
 	if err != nil {
@@ -482,33 +486,88 @@ func openResume(path, name string) (_ *resumePoint, err error) {
 	if _, err := d.Clean(); err != nil {
 		return nil, err
 	}
-	cp, ok, err := d.Latest()
+	cps, err := d.Checkpoints()
 	if err != nil {
 		return nil, err
 	}
-	if !ok {
+	if len(cps) == 0 {
+		if notes := d.Notes(); len(notes) > 0 {
+			return nil, fmt.Errorf("resume %s: no complete checkpoint:\n%s", path, indent(strings.Join(notes, "\n")))
+		}
 		return nil, fmt.Errorf("resume %s: no complete checkpoint", path)
 	}
+	var rejected []string
+	for i := len(cps) - 1; i >= 0; i-- {
+		rp, why := readResumePoint(d, cps[i])
+		if why == nil {
+			// The recipe version belongs to the run, not to the checkpoint:
+			// failing to load it is an error, not a reason to fall back.
+			if rp.text, err = d.ReadRecipe(rp.version); err != nil {
+				return nil, fmt.Errorf("resume %s: %w", path, err)
+			}
+			if rp.recipe, err = loadRecipeText(filepath.Join(path, rundir.RecipesDir, fmt.Sprintf("v%d.cue", rp.version)), name); err != nil {
+				return nil, fmt.Errorf("resume %s: recipe v%d: %w", path, rp.version, err)
+			}
+			return rp, nil
+		}
+		if _, err := d.Reject(cps[i].Path, cps[i].Rollout, why.Error()); err != nil {
+			return nil, fmt.Errorf("resume %s: %w", path, err)
+		}
+		rejected = append(rejected, fmt.Sprintf("%s: %v", filepath.Base(cps[i].Path), why))
+	}
+	return nil, fmt.Errorf("resume %s: no usable checkpoint; rejected and moved aside:\n%s", path, indent(strings.Join(rejected, "\n")))
+}
+
+// readResumePoint reads one checkpoint to resume from; an error says why
+// the checkpoint cannot be used.
+func readResumePoint(d *rundir.Dir, cp rundir.Checkpoint) (*resumePoint, error) {
 	if err := cp.Verify(); err != nil {
-		return nil, fmt.Errorf("resume %s: %w", path, err)
+		return nil, err
 	}
 	data, err := os.ReadFile(filepath.Join(cp.Path, engineFile))
 	if err != nil {
-		return nil, fmt.Errorf("resume: %w", err)
+		return nil, err
 	}
 	rp := &resumePoint{dir: d, cp: cp}
 	if err := json.Unmarshal(data, &rp.state); err != nil {
-		return nil, fmt.Errorf("resume: %s: %w", engineFile, err)
+		return nil, fmt.Errorf("%s: %w", engineFile, err)
+	}
+	if err := rp.state.check(cp.Rollout); err != nil {
+		return nil, fmt.Errorf("%s: %w", engineFile, err)
 	}
 	rp.version = max(rp.state.Version, 1)
-	if rp.text, err = d.ReadRecipe(rp.version); err != nil {
-		return nil, fmt.Errorf("resume %s: %w", path, err)
-	}
-	if rp.recipe, err = loadRecipeText(filepath.Join(path, rundir.RecipesDir, fmt.Sprintf("v%d.cue", rp.version)), name); err != nil {
-		return nil, fmt.Errorf("resume %s: recipe v%d: %w", path, rp.version, err)
-	}
 	return rp, nil
 }
+
+// check range-checks a loop state read from a checkpoint of rollout: the
+// values index data, size schedules and seed the sampler, so a damaged or
+// edited engine.json must fail here rather than later and stranger.
+func (s loopState) check(rollout int) error {
+	switch {
+	case s.Rollout != rollout:
+		return fmt.Errorf("rollout %d in the checkpoint of rollout %d", s.Rollout, rollout)
+	case s.Step < 0:
+		return fmt.Errorf("negative step %d", s.Step)
+	case s.Step > maxStateCount:
+		return fmt.Errorf("step %d is beyond any run (limit %d)", s.Step, maxStateCount)
+	case s.Cursor < 0:
+		return fmt.Errorf("negative data cursor %d", s.Cursor)
+	case s.Cursor > maxStateCount:
+		return fmt.Errorf("data cursor %d is beyond any run (limit %d)", s.Cursor, maxStateCount)
+	case s.Version < 0:
+		return fmt.Errorf("negative recipe version %d", s.Version)
+	}
+	var pcg rand.PCG
+	if err := pcg.UnmarshalBinary(s.RNG); err != nil {
+		return fmt.Errorf("rng: %w", err)
+	}
+	return nil
+}
+
+// maxStateCount bounds the counters of engine.json (steps, data position):
+// 2^40 is more than any run reaches, and far from overflowing what they
+// are multiplied with.
+const maxStateCount = 1 << 40
 
 // indent prefixes every line with two spaces.
 func indent(s string) string {

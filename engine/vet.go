@@ -38,6 +38,9 @@ func Load(args []string, opts schema.Options) (*schema.Catalog, error) {
 		}
 		_, probs := BuildGraph(r)
 		for _, p := range probs {
+			if len(p.Factors) > 0 {
+				p.Path = cat.FactorPath(name, p.Factors...)
+			}
 			path := "recipes." + name
 			if p.Path != "" {
 				path += "." + p.Path

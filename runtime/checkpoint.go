@@ -115,6 +115,14 @@ func (t *Trainer) LoadCheckpoint(dir string) (rng []byte, err error) {
 	if st.Format != checkpointFormat {
 		return nil, fmt.Errorf("checkpoint %s: format %q, want %q", dir, st.Format, checkpointFormat)
 	}
+	// The counters drive the schedule and AdamW's bias correction: a
+	// damaged state.json must fail here, not as a NaN steps later.
+	if st.Step < 0 || st.AdamSteps < 0 || st.AdamSteps > st.Step {
+		return nil, fmt.Errorf("checkpoint %s: %s: step %d, adam_steps %d: want 0 ≤ adam_steps ≤ step", dir, stateFile, st.Step, st.AdamSteps)
+	}
+	if err := st.Schedule.Validate(); err != nil {
+		return nil, fmt.Errorf("checkpoint %s: %s: %w", dir, stateFile, err)
+	}
 	if err := t.m.LoadWeights(dir); err != nil {
 		return nil, fmt.Errorf("checkpoint: %w", err)
 	}

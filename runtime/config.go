@@ -57,7 +57,7 @@ func (c Config) Validate() error {
 	case c.RMSNormEps <= 0 || c.RopeTheta <= 0:
 		return fmt.Errorf("model config: rms_norm_eps (%g) and rope_theta (%g) must be positive", c.RMSNormEps, c.RopeTheta)
 	}
-	return nil
+	return validateLimits(c)
 }
 
 // NumParams counts the model's parameters.

@@ -203,7 +203,7 @@ func copyTokenizerFiles(from, to string) error {
 		}
 	}
 	for _, name := range tokenizerFiles {
-		data, err := os.ReadFile(filepath.Join(from, name))
+		data, err := ReadModelFile(from, name)
 		if errors.Is(err, fs.ErrNotExist) {
 			continue
 		}

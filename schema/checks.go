@@ -42,6 +42,7 @@ func (c *Catalog) check(r *Recipe) List {
 	if tb := k.TrainBatch(); tb%k.MicroBatchSize != 0 && tb > k.MicroBatchSize {
 		at("knobs.micro_batch_size", "micro_batch_size %d does not divide the train batch of %d sequences", k.MicroBatchSize, tb)
 	}
+	errs = append(errs, c.checkSizes(r)...)
 	if k.Temperature == 0 && k.TopK > 0 {
 		at("knobs.top_k", "top_k has no effect with temperature 0 (greedy)")
 	}
@@ -60,4 +61,51 @@ func (c *Catalog) check(r *Recipe) List {
 	}
 	errs = append(errs, c.checkWorkflow(r)...)
 	return errs
+}
+
+// Bounds of products of knobs that each pass the schema's range, far above
+// what a real run uses: past them a run would only fail later, out of
+// memory. Bounds that involve token lengths are the engine's (flow recipes
+// have no tokens).
+const (
+	maxRolloutRows    = 1 << 20 // sequences of one rollout
+	maxValidationRows = 1 << 24 // validation prompts × samples per prompt
+)
+
+// checkSizes bounds the products of size knobs.
+func (c *Catalog) checkSizes(r *Recipe) List {
+	var errs List
+	k := r.Knobs
+	if rows := int64(k.RolloutBatchSize) * int64(k.NSamplesPerPrompt); rows > maxRolloutRows {
+		path := c.FactorPath(r.Name, "knobs.rollout_batch_size", "knobs.n_samples_per_prompt")
+		errs = append(errs, &Error{Pos: c.Pos(r.Name, path), Path: "recipes." + r.Name + "." + path,
+			Msg: fmt.Sprintf("a rollout of rollout_batch_size %d × n_samples_per_prompt %d = %d sequences exceeds the limit of %d",
+				k.RolloutBatchSize, k.NSamplesPerPrompt, rows, maxRolloutRows)})
+	}
+	if n := int64(r.Task.ValidationSize) * int64(k.NValSamplesPerPrompt); n > maxValidationRows {
+		path := c.FactorPath(r.Name, "task.validation_size", "knobs.n_val_samples_per_prompt")
+		errs = append(errs, &Error{Pos: c.Pos(r.Name, path), Path: "recipes." + r.Name + "." + path,
+			Msg: fmt.Sprintf("validation of validation_size %d × n_val_samples_per_prompt %d = %d sequences exceeds the limit of %d",
+				r.Task.ValidationSize, k.NValSamplesPerPrompt, n, maxValidationRows)})
+	}
+	return errs
+}
+
+// FactorPath picks which of the factors of a product that is too large to
+// blame (paths relative to the recipe): one set by an override, else the
+// last one the recipe's files set, else the last.
+func (c *Catalog) FactorPath(recipe string, paths ...string) string {
+	for _, p := range paths {
+		for _, o := range c.overrides[recipe] {
+			if pathHasPrefix(p, o.pathString()) {
+				return p
+			}
+		}
+	}
+	for i := len(paths) - 1; i >= 0; i-- {
+		if _, ok := c.userPathPos("recipes." + recipe + "." + paths[i]); ok {
+			return paths[i]
+		}
+	}
+	return paths[len(paths)-1]
 }

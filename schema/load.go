@@ -25,6 +25,8 @@ import (
 	"cuelang.org/go/cue/load"
 	"cuelang.org/go/cue/parser"
 	"cuelang.org/go/cue/token"
+
+	"stx.dev/stx/internal/plainfile"
 )
 
 //go:embed schema.cue
@@ -174,6 +176,12 @@ func Load(args []string, opts Options) (*Catalog, error) {
 	pkg, schemaDir, err := packageOf(dir, args, builtin)
 	if err != nil {
 		return nil, err
+	}
+	for p, data := range builtin {
+		overlay[p] = load.FromBytes(data)
+	}
+	if lerrs := checkLiterals(dir, builtin); len(lerrs) > 0 {
+		return nil, lerrs.Sort()
 	}
 	header := "package " + pkg + "\n"
 	if pkg == "" {
@@ -377,6 +385,10 @@ func abs(dir, p string) string {
 	return filepath.Join(dir, p)
 }
 
+// maxRecipeFile bounds a recipe file: recipes are hand-written text, and a
+// multi-gigabyte file is a mistake to report, not to load.
+const maxRecipeFile = 64 << 20
+
 // packageOf finds the package name shared by the loaded files and the
 // directory the schema file joins. Several packages in one directory, or
 // files of different packages, are errors (CUE would refuse them too, with
@@ -405,6 +417,22 @@ func packageOf(dir string, args []string, builtin map[string][]byte) (pkg, schem
 		if len(files) == 0 {
 			return "", "", List{{Pos: Position{File: args[0]}, Msg: "no .cue files in directory"}}
 		}
+	}
+	// The files are read here, once, and handed to CUE as an overlay: a
+	// named pipe or a device named like a recipe must be refused before
+	// anything reads it (reading a FIFO blocks, a device never ends).
+	for _, f := range files {
+		if _, ok := builtin[f]; ok {
+			continue
+		}
+		data, rerr := plainfile.ReadFile(f, maxRecipeFile)
+		if errors.Is(rerr, fs.ErrNotExist) {
+			continue // CUE reports it, as it always has
+		}
+		if rerr != nil {
+			return "", "", List{{Pos: Position{File: relName(dir, f), Line: 1, Col: 1}, Msg: strings.TrimPrefix(rerr.Error(), f+": ")}}
+		}
+		builtin[f] = data
 	}
 	first := ""
 	for _, f := range files {

@@ -3,6 +3,7 @@ package schema
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -118,6 +119,9 @@ func (o *override) parse(ctx *cue.Context) error {
 	if id, ok := expr.(*ast.Ident); ok && id.Name != "true" && id.Name != "false" && id.Name != "null" {
 		expr = ast.NewString(raw)
 	}
+	if msg := exprLiteralProblem(expr); msg != "" {
+		return errors.New(msg)
+	}
 	v := ctx.BuildExpr(expr)
 	if err := v.Validate(cue.Concrete(true)); err != nil {
 		return fmt.Errorf("%q is not a concrete value", raw)
@@ -188,6 +192,9 @@ func (c *Catalog) resolve(ctx *cue.Context, name string, rv, def cue.Value, sets
 	var r Recipe
 	data, err := rv.MarshalJSON()
 	if err == nil {
+		if errs := c.checkNumbers(name, data); len(errs) > 0 {
+			return nil, errs
+		}
 		err = json.Unmarshal(data, &r)
 	}
 	if err != nil {

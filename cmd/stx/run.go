@@ -1,14 +1,11 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"sort"
-	"syscall"
 
 	"github.com/urfave/cli/v2"
 
@@ -29,7 +26,9 @@ the tiny model and a synthetic task on the CPU.
 
 Everything goes to a run directory (runs/<recipe>-<time>/): config.cue, metrics.jsonl,
 events.jsonl, episodes.jsonl and checkpoints/<rollout>/<role>/ in Hugging Face layout.
-SIGINT or SIGTERM ends the run after the current rollout with a checkpoint (exit 0);
+SIGINT, SIGTERM, SIGHUP or a closed standard output (SIGPIPE) ends the run after the
+current rollout with a checkpoint (exit 0); a second SIGINT aborts at once (exit 130, the
+checkpoint being written, if any, is left as a temporary directory that resuming removes);
 --resume continues it from its last complete checkpoint, with the recipe version in force
 there; where the recipe files now differ, the difference is applied as a hot reload.
 
@@ -61,16 +60,18 @@ Examples:
 			if err != nil {
 				return err
 			}
-			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-			defer stop()
+			ctx, stop := stopOnSignals(c.App.ErrWriter)
+			defer stop.stop()
+			out := &stopOnBrokenPipe{w: c.App.Writer, stop: stop.request}
 			res, err := engine.Run(ctx, cat, name, engine.RunOptions{
 				RunsDir: c.String("runs-dir"), Backend: c.String("backend"), Resume: c.String("resume"),
 				Quiet: c.Bool("quiet"), JSON: c.Bool("json"), NoEvalBefore: c.Bool("no-eval-before"),
-				Out: c.App.Writer, Reload: reloadOptions(c, name),
+				Out: out, Reload: reloadOptions(c, name),
 			})
 			if err != nil {
 				return err
 			}
+			c.App.Writer = out
 			return printResult(c, name, res)
 		},
 	}

@@ -114,14 +114,15 @@ func New(files []string, load LoadFunc, opts Options) (*Watcher, error) {
 			w.targets[abs] = t
 			continue
 		}
-		dir, name := filepath.Split(abs)
-		dir = filepath.Clean(dir)
-		t := w.targets[dir]
-		if t.names == nil {
-			t.names = map[string]bool{}
+		w.addFile(abs)
+		// A recipe that is a symbolic link is edited where it leads: watch
+		// the target's directory too (the link's own directory still sees
+		// the link re-pointed).
+		if fi, err := os.Lstat(abs); err == nil && fi.Mode()&os.ModeSymlink != 0 {
+			if target, err := filepath.EvalSymlinks(abs); err == nil {
+				w.addFile(target)
+			}
 		}
-		t.names[name] = true
-		w.targets[dir] = t
 	}
 	fsw, err := fsnotify.NewWatcher()
 	if err != nil {
@@ -136,6 +137,18 @@ func New(files []string, load LoadFunc, opts Options) (*Watcher, error) {
 	w.fsw = fsw
 	go w.run()
 	return w, nil
+}
+
+// addFile adds one file to watch by its directory and name.
+func (w *Watcher) addFile(abs string) {
+	dir, name := filepath.Split(abs)
+	dir = filepath.Clean(dir)
+	t := w.targets[dir]
+	if t.names == nil {
+		t.names = map[string]bool{}
+	}
+	t.names[name] = true
+	w.targets[dir] = t
 }
 
 // Poll returns the latest reload outcome since the previous Poll, and false

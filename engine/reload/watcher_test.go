@@ -505,3 +505,28 @@ func TestSaveDuringLoad(t *testing.T) {
 		t.Errorf("%d loads, want the final content loaded again", n)
 	}
 }
+
+// TestSymlinkedRecipe: the recipe named on the command line is a symbolic
+// link into another directory, where the edits happen (a dotfiles
+// repository, a shared config checkout): they are seen, whichever way the
+// target is saved.
+func TestSymlinkedRecipe(t *testing.T) {
+	real := filepath.Join(t.TempDir(), "real.cue")
+	write(t, real, recipe(1e-3))
+	link := filepath.Join(t.TempDir(), "r.cue")
+	if err := os.Symlink(real, link); err != nil {
+		t.Skipf("no symbolic links here: %v", err)
+	}
+	l := &loader{files: []string{link}}
+	w, err := reload.New([]string{link}, l.load, reload.Options{Debounce: debounce, Logf: t.Logf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { w.Close() })
+	write(t, real, recipe(2e-3))
+	if lr := nextLR(t, w); lr != 2e-3 {
+		t.Fatalf("lr = %g after writing the target, want 2e-3", lr)
+	}
+	renameSave(t, real, recipe(3e-3))
+	until(t, w, 3e-3)
+}

@@ -192,7 +192,7 @@ func (p *Pending) Commit() error {
 		if _, err := readCheckpoint(target, p.rollout); err == nil {
 			return fail(fmt.Errorf("%s already holds a complete checkpoint", target))
 		}
-		if err := removeAside(target); err != nil {
+		if _, err := p.d.Reject(target, p.rollout, "incomplete, and its rollout is being checkpointed again"); err != nil {
 			return fail(fmt.Errorf("replace incomplete %s: %w", target, err))
 		}
 	}
@@ -405,10 +405,11 @@ func (d *Dir) Latest() (cp Checkpoint, ok bool, err error) {
 }
 
 // Clean removes what interrupted work left behind: temporary checkpoint
-// directories (except those of this Dir's pending checkpoints),
-// checkpoints whose COMPLETE marker is missing or does not match, and
+// directories (except those of this Dir's pending checkpoints) and
 // temporary files of interrupted atomic writes. It returns the removed
-// paths relative to the run directory.
+// paths relative to the run directory. A checkpoint whose COMPLETE marker
+// is missing or does not match its files is not removed but rejected
+// (Reject: moved aside, noted and logged).
 func (d *Dir) Clean() ([]string, error) {
 	var removed []string
 	cpDir := d.checkpointsDir()
@@ -436,10 +437,12 @@ func (d *Dir) Clean() ([]string, error) {
 			continue // not ours: leave it
 		}
 		if _, err := readCheckpoint(path, rollout); err != nil {
-			if err := removeAside(path); err != nil {
+			// A checkpoint under its final name was complete once (Commit
+			// renames only complete ones): damage is for a person to look
+			// at, so it is moved aside, never removed.
+			if _, err := d.Reject(path, rollout, fmt.Sprintf("incomplete: %v", err)); err != nil {
 				return removed, fmt.Errorf("clean: %w", err)
 			}
-			removed = append(removed, filepath.Join(CheckpointsDir, name))
 		}
 	}
 	for _, sub := range []string{".", RecipesDir} {
@@ -480,4 +483,42 @@ func (d *Dir) Prune(keep int) ([]int, error) {
 		removed = append(removed, cp.Rollout)
 	}
 	return removed, syncDir(d.checkpointsDir())
+}
+
+// RejectedInfix joins a rejected checkpoint's name and the time it was
+// rejected: checkpoints/000042.rejected-20260101-120000. Such a directory is
+// never taken for a checkpoint, and nothing removes it.
+const RejectedInfix = ".rejected-"
+
+// Reject moves a checkpoint that cannot be resumed from aside, to
+// checkpoints/<name>.rejected-<time> (-2, -3, ... when taken), records why
+// in events.jsonl and in Notes, and returns the new path. Nothing is
+// deleted: the files stay for a person to inspect or repair.
+func (d *Dir) Reject(path string, rollout int, reason string) (string, error) {
+	base := filepath.Join(filepath.Dir(path), filepath.Base(path)+RejectedInfix+time.Now().UTC().Format(timeLayout))
+	aside := base
+	for i := 2; ; i++ {
+		if _, err := os.Lstat(aside); errors.Is(err, fs.ErrNotExist) {
+			break
+		}
+		if i > 1000 {
+			return "", fmt.Errorf("reject checkpoint %s: no free name beside it", path)
+		}
+		aside = fmt.Sprintf("%s-%d", base, i)
+	}
+	if err := os.Rename(path, aside); err != nil {
+		return "", fmt.Errorf("reject checkpoint %s: %w", path, err)
+	}
+	if err := syncDir(filepath.Dir(path)); err != nil {
+		return "", fmt.Errorf("reject checkpoint %s: %w", path, err)
+	}
+	rel := aside
+	if r, err := filepath.Rel(d.path, aside); err == nil {
+		rel = r
+	}
+	d.note("checkpoint %s rejected (%s): moved aside to %s", filepath.Base(path), reason, rel)
+	if err := d.LogEvent(Event{Type: EventCheckpointRejected, Rollout: max(rollout, 0), Checkpoint: aside, Message: reason}); err != nil {
+		return aside, err
+	}
+	return aside, nil
 }

@@ -162,7 +162,8 @@ func TestCommitSyncsStreams(t *testing.T) {
 
 // TestCrashedCheckpoints damages the newest checkpoint in the ways a crash
 // (or a disk) can: each damaged one is ignored, Latest falls back to the
-// previous one, and Clean removes the damage.
+// previous one, and Clean removes temporary leftovers and moves damaged
+// checkpoints aside.
 func TestCrashedCheckpoints(t *testing.T) {
 	cpPath := func(d *Dir, r int) string { return filepath.Join(d.Path(), CheckpointsDir, checkpointName(r)) }
 	tests := []struct {
@@ -224,10 +225,27 @@ func TestCrashedCheckpoints(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if len(removed) != 1 || !strings.HasPrefix(filepath.ToSlash(removed[0]), tt.removed) {
+			if strings.HasPrefix(tt.removed, "checkpoints/0") {
+				// A damaged checkpoint is moved aside, reported, never removed.
+				if len(removed) != 0 {
+					t.Errorf("Clean removed %v", removed)
+				}
+				if _, err := os.Stat(filepath.Join(d.Path(), tt.removed)); !os.IsNotExist(err) {
+					t.Errorf("%s still exists", tt.removed)
+				}
+				aside, _ := filepath.Glob(filepath.Join(d.Path(), tt.removed+RejectedInfix+"*"))
+				if len(aside) != 1 {
+					t.Errorf("moved aside: %v, want one %s%s*", aside, tt.removed, RejectedInfix)
+				}
+				if notes := strings.Join(d.Notes(), "\n"); !strings.Contains(notes, "rejected") {
+					t.Errorf("notes %q do not report the rejection", notes)
+				}
+				if evs, _ := ReadEvents(d.EventsPath()); len(evs) == 0 || evs[len(evs)-1].Type != EventCheckpointRejected {
+					t.Errorf("events %v: no checkpoint_rejected last", evs)
+				}
+			} else if len(removed) != 1 || !strings.HasPrefix(filepath.ToSlash(removed[0]), tt.removed) {
 				t.Errorf("Clean removed %v, want %s", removed, tt.removed)
-			}
-			if _, err := os.Stat(filepath.Join(d.Path(), removed[0])); !os.IsNotExist(err) {
+			} else if _, err := os.Stat(filepath.Join(d.Path(), removed[0])); !os.IsNotExist(err) {
 				t.Errorf("%s still exists", removed[0])
 			}
 			if again, _ := d.Clean(); len(again) != 0 {

@@ -25,12 +25,14 @@ const (
 	EventStepSkipped     EventType = "step_skipped"     // Message: why no optimizer step ran (e.g. every group filtered)
 	EventWarning         EventType = "warning"          // Message: a condition worth reading that did not stop the run
 	EventRolloutRetry    EventType = "rollout_retry"    // Message: why the generation failed; Metrics: attempt (1 = the first retry)
+	// EventCheckpointRejected: Rollout, Message (why), Checkpoint (where it was moved aside).
+	EventCheckpointRejected EventType = "checkpoint_rejected"
 )
 
 // eventTypes are the known types, in the order of the constants.
 var eventTypes = []EventType{EventRunStart, EventRunResume, EventReloadApplied, EventReloadRefused,
 	EventReloadInvalid, EventCheckpointSaved, EventEval, EventNaNDetected, EventRunEnd,
-	EventStepSkipped, EventWarning, EventRolloutRetry}
+	EventStepSkipped, EventWarning, EventRolloutRetry, EventCheckpointRejected}
 
 // Change is one knob a reload changed.
 type Change struct {
@@ -121,6 +123,10 @@ func (e Event) check() error {
 	case EventCheckpointSaved:
 		if e.Checkpoint == "" {
 			return fmt.Errorf("%s event: no checkpoint path", e.Type)
+		}
+	case EventCheckpointRejected:
+		if e.Checkpoint == "" || e.Message == "" {
+			return fmt.Errorf("%s event: no checkpoint path or no reason", e.Type)
 		}
 	case EventEval:
 		if len(e.Metrics) == 0 {

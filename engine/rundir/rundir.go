@@ -13,6 +13,7 @@
 //	    episodes.jsonl    sampled episodes, free-form JSON objects
 //	    checkpoints/000042/<role>/{model.safetensors, optimizer.safetensors, state.json}
 //	    checkpoints/000042/COMPLETE   the file list with sizes and CRC-32C checksums
+//	    initial/<role>/   initial weights of frozen roles and references (hard links to the source)
 //
 // Whole files (config.cue, recipe versions, COMPLETE, run.json) are
 // replaced atomically: written to a temporary name, synced and renamed.
@@ -22,8 +23,10 @@
 // only when complete; a checkpoint whose COMPLETE marker does not match
 // its files is not a checkpoint.
 //
-// Resuming, the engine opens the run, takes Latest, calls Clean, and
-// truncates the streams past the checkpoint (TruncateMetricsAfter,
+// Resuming, the engine opens the run, calls Clean, takes the latest
+// checkpoint that verifies (Reject moves one that does not aside, to
+// checkpoints/<rollout>.rejected-<time>: nothing a run saved is deleted
+// because it looks damaged), and truncates the streams past the checkpoint (TruncateMetricsAfter,
 // TruncateEpisodesAfter) so the resumed run writes the same records an
 // uninterrupted one would have.
 package rundir

@@ -2,10 +2,8 @@ package tasks
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"math"
-	"os"
 	"strings"
 
 	"stx.dev/stx/schema"
@@ -293,30 +291,4 @@ func parseMessages(v any, key string) ([]Message, error) {
 		msgs[i] = Message{Role: role, Content: content}
 	}
 	return msgs, nil
-}
-
-// openDataFile opens a dataset for reading after checking that it is a
-// regular file: a FIFO would block the open (or the read) forever and a
-// device such as /dev/zero never ends.
-func openDataFile(path string) (*os.File, error) {
-	st, err := os.Stat(path)
-	if err != nil {
-		return nil, fmt.Errorf("read dataset: %w", err)
-	}
-	if !st.Mode().IsRegular() {
-		return nil, fmt.Errorf("read dataset %s: not a regular file (%s)", path, st.Mode().Type())
-	}
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, fmt.Errorf("read dataset: %w", err)
-	}
-	// The path may have been replaced between Stat and Open.
-	if st, err := f.Stat(); err != nil || !st.Mode().IsRegular() {
-		f.Close()
-		if err == nil {
-			err = errors.New("not a regular file")
-		}
-		return nil, fmt.Errorf("read dataset %s: %w", path, err)
-	}
-	return f, nil
 }

@@ -22,9 +22,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"slices"
 	"strings"
+
+	"stx.dev/stx/internal/plainfile"
 )
 
 // maxHeaderSize bounds the JSON header, as the reference implementation does,
@@ -41,16 +42,51 @@ type File struct {
 }
 
 // ReadFile reads and decodes the safetensors file at path. Errors name the file.
+// The header length is checked against the file's size before the file is
+// read, and only a regular file is read (a FIFO or a device named like a
+// weights file would block or never end).
 func ReadFile(path string) (*File, error) {
-	data, err := os.ReadFile(path)
+	data, err := readChecked(path)
 	if err != nil {
-		return nil, fmt.Errorf("safetensors: %w", err)
+		return nil, err
 	}
 	f, err := Decode(data)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	return f, nil
+}
+
+// readChecked reads a whole safetensors file after checking, from its size
+// and its first 8 bytes, that the header it announces fits in it.
+func readChecked(path string) ([]byte, error) {
+	f, st, err := plainfile.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("safetensors: %w", err)
+	}
+	defer f.Close()
+	size := st.Size()
+	if size < 8 {
+		return nil, fmt.Errorf("%s: safetensors: truncated file: %d bytes, need at least 8 for the header length", path, size)
+	}
+	var head [8]byte
+	if _, err := io.ReadFull(f, head[:]); err != nil {
+		return nil, fmt.Errorf("%s: safetensors: %w", path, err)
+	}
+	if n := binary.LittleEndian.Uint64(head[:]); n > maxHeaderSize {
+		return nil, fmt.Errorf("%s: safetensors: header length %d exceeds the limit of %d bytes", path, n, maxHeaderSize)
+	} else if n > uint64(size-8) {
+		return nil, fmt.Errorf("%s: safetensors: truncated file: header length %d is beyond the file's %d bytes", path, n, size)
+	}
+	if uint64(size) > uint64(maxInt) {
+		return nil, fmt.Errorf("%s: safetensors: %d bytes is more than this platform can address", path, size)
+	}
+	data := make([]byte, size)
+	copy(data, head[:])
+	if _, err := io.ReadFull(f, data[8:]); err != nil {
+		return nil, fmt.Errorf("%s: safetensors: reading %d bytes: %w", path, size, err)
+	}
+	return data, nil
 }
 
 // tensorInfo is one tensor entry of the header as written in JSON.

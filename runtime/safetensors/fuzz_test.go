@@ -2,6 +2,9 @@ package safetensors
 
 import (
 	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -54,6 +57,33 @@ func FuzzDecode(f *testing.F) {
 			if b.DType != tt.DType || !bytes.Equal(b.Data, tt.Data) || len(b.Shape) != len(tt.Shape) {
 				t.Fatalf("round trip changed tensor %q", name)
 			}
+		}
+	})
+}
+
+// FuzzReadFile checks that reading a file agrees with decoding its bytes:
+// the checks ReadFile makes before reading (header length against the
+// file's size) must never refuse a file Decode accepts, nor accept one it
+// refuses. Run longer with:
+// go test -run '^$' -fuzz FuzzReadFile -fuzztime 60s ./runtime/safetensors
+func FuzzReadFile(f *testing.F) {
+	f.Add(golden)
+	f.Add(golden[:9])
+	f.Add([]byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, '{', '}'})
+	f.Add(rawFile(`{}`, nil)[:8])
+	f.Add(rawFile(`{"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}}`, []byte{0, 0, 0x80}))
+	path := filepath.Join(f.TempDir(), "model.safetensors")
+	f.Fuzz(func(t *testing.T, data []byte) {
+		if err := os.WriteFile(path, data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		_, rerr := ReadFile(path)
+		_, derr := Decode(data)
+		if (rerr == nil) != (derr == nil) {
+			t.Fatalf("ReadFile: %v; Decode: %v", rerr, derr)
+		}
+		if rerr != nil && !strings.Contains(rerr.Error(), path) {
+			t.Fatalf("error does not name the file: %v", rerr)
 		}
 	})
 }
