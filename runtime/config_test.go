@@ -56,7 +56,7 @@ func TestParsePublishedConfigs(t *testing.T) {
 		{"llama3.2-1b", llama32_1B, Config{Architecture: ArchLlama, VocabSize: 128256, Hidden: 2048, Layers: 16, Heads: 32,
 			KVHeads: 8, Intermediate: 8192, RMSNormEps: 1e-5, RopeTheta: 500000, MaxPositions: 131072, TieEmbeddings: true,
 			RopeScaling: RopeScaling{Type: "llama3", Factor: 32, LowFreqFactor: 1, HighFreqFactor: 4, OriginalMaxPositions: 8192},
-			BOS: 128000, EOS: 128001, PAD: -1, InitStd: 0.02}, 1235814400},
+			BOS:         128000, EOS: 128001, PAD: -1, InitStd: 0.02}, 1235814400},
 		{"mistral-7b-v0.1", mistral7B, Config{Architecture: ArchMistral, VocabSize: 32000, Hidden: 4096, Layers: 32,
 			Heads: 32, KVHeads: 8, Intermediate: 14336, RMSNormEps: 1e-5, RopeTheta: 10000, MaxPositions: 32768,
 			SlidingWindow: 4096, BOS: 1, EOS: 2, PAD: -1, InitStd: 0.02}, 7241732096},
