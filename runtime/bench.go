@@ -74,9 +74,9 @@ func SetPeerRatios(ms []Measurement) {
 // forwardFLOPs estimates the multiply-adds ×2 of a forward pass over rows×length tokens
 // (attention computed over the full padded length, as the graph does).
 func forwardFLOPs(c Config, rows, length int) float64 {
-	d, kv := float64(c.Hidden), float64(c.KVHeads*c.HeadDim())
-	perToken := 2*(2*d*d+2*d*kv+3*d*float64(c.Intermediate))*float64(c.Layers) + 2*d*float64(c.VocabSize)
-	attn := 4 * d * float64(length) * float64(c.Layers)
+	d, kv, q := float64(c.Hidden), float64(c.KVHeads*c.HeadDim()), float64(c.QDim())
+	perToken := 2*(2*d*q+2*d*kv+3*d*float64(c.Intermediate))*float64(c.Layers) + 2*d*float64(c.VocabSize)
+	attn := 4 * q * float64(length) * float64(c.Layers)
 	return float64(rows*length) * (perToken + attn)
 }
 
@@ -224,7 +224,7 @@ func Bench(b *Backend, m *Model, opt BenchOptions) ([]Measurement, error) {
 	}
 	capacity := BucketLength(BucketLength(opt.PromptLen) + opt.NewTokens)
 	flops := forwardFLOPs(c, rows, BucketLength(opt.PromptLen)) + float64(opt.NewTokens)*forwardFLOPs(c, rows, 1) +
-		float64(opt.NewTokens*rows)*4*float64(c.Hidden*c.Layers)*float64(capacity)
+		float64(opt.NewTokens*rows)*4*float64(c.QDim()*c.Layers)*float64(capacity)
 	add("kv_cache_sampling", float64(rows*opt.NewTokens), flops, sec)
 	return out, nil
 }
