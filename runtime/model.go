@@ -501,6 +501,9 @@ func MaskedMeanPerRow(x, mask *Node) *Node {
 
 // TokenLogProbs is the model's log-probability of targets [B,T] given tokens [B,T]; targets are
 // the next tokens (shifted on the host: targets[b,t] = tokens[b,t+1]).
+// They are computed over chunks of rows (ChunkedLogProbs), so that a real vocabulary's logits
+// and their gradient never exist for the whole batch at once.
 func (m *Model) TokenLogProbs(ctx *context.Context, tokens, targets *Node) *Node {
-	return LogProbs(m.Logits(ctx, m.Forward(ctx, tokens)), targets)
+	h := m.Forward(ctx, tokens)
+	return ChunkedLogProbs(h, m.headWeight(ctx, h.Graph()), targets, LogitChunkRows(m.Config.VocabSize))
 }
