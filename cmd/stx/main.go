@@ -60,6 +60,7 @@ Recipes are CUE data: stx checks them before any tensor is allocated.
 			schemaCommand(),
 			scoreCommand(),
 			benchCommand(),
+			initModelCommand(),
 			plotCommand(),
 			runCommand(),
 		},
