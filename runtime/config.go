@@ -230,6 +230,13 @@ func (c Config) checkMemory() error {
 	return nil
 }
 
+// MemoryLimit returns the memory available to this process, in bytes: the smaller of the
+// machine's physical memory and the cgroup's limit, or 1 TiB where neither can be read.
+func MemoryLimit() uint64 {
+	limit, _ := memoryLimit()
+	return limit
+}
+
 // memoryLimit returns the memory available to this process: the smaller of the machine's
 // physical memory and the cgroup's limit, or 1 TiB where neither can be read.
 func memoryLimit() (uint64, string) {
