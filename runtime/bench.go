@@ -3,7 +3,10 @@ package runtime
 import (
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"slices"
+	"strconv"
+	"strings"
 	"time"
 
 	. "github.com/gomlx/gomlx/pkg/core/graph" //nolint:revive // graph-building code reads better unqualified.
@@ -48,6 +51,10 @@ type Measurement struct {
 	GFLOPs     float64 `json:"gflops"`
 	MedianS    float64 `json:"median_s"`
 	Runs       int     `json:"runs"`
+	// PeakRSSMiB is the process's peak resident memory (VmHWM) once the measurement is done:
+	// a high-water mark over the whole process so far, so it never decreases from one
+	// measurement to the next.
+	PeakRSSMiB float64 `json:"peak_rss_mib,omitempty"`
 	// VsPeer is TokensPerS over PeerTokensPerS, set only for the "bench" model at the default
 	// sizes (the peer was measured there).
 	VsPeer float64 `json:"vs_peer,omitempty"`
@@ -74,9 +81,9 @@ func SetPeerRatios(ms []Measurement) {
 // forwardFLOPs estimates the multiply-adds ×2 of a forward pass over rows×length tokens
 // (attention computed over the full padded length, as the graph does).
 func forwardFLOPs(c Config, rows, length int) float64 {
-	d, kv := float64(c.Hidden), float64(c.KVHeads*c.HeadDim())
-	perToken := 2*(2*d*d+2*d*kv+3*d*float64(c.Intermediate))*float64(c.Layers) + 2*d*float64(c.VocabSize)
-	attn := 4 * d * float64(length) * float64(c.Layers)
+	d, kv, q := float64(c.Hidden), float64(c.KVHeads*c.HeadDim()), float64(c.QDim())
+	perToken := 2*(2*d*q+2*d*kv+3*d*float64(c.Intermediate))*float64(c.Layers) + 2*d*float64(c.VocabSize)
+	attn := 4 * q * float64(length) * float64(c.Layers)
 	return float64(rows*length) * (perToken + attn)
 }
 
@@ -120,6 +127,27 @@ func benchPolicyLoss(ctx *context.Context, m *Model, batch map[string]*Node) (*N
 	return loss, map[string]*Node{"kl": MaskedMean(k3, mask)}
 }
 
+// benchSFTLoss is the token-mean negative log-likelihood of the targets.
+func benchSFTLoss(ctx *context.Context, m *Model, batch map[string]*Node) (*Node, map[string]*Node) {
+	return Neg(MaskedMean(m.TokenLogProbs(ctx, batch["tokens"], batch["targets"]), batch["mask"])), nil
+}
+
+// peakRSSMiB returns the process's peak resident set size (VmHWM of /proc/self/status) in
+// MiB, 0 where it cannot be read.
+func peakRSSMiB() float64 {
+	raw, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(raw), "\n") {
+		if f := strings.Fields(line); len(f) >= 2 && f[0] == "VmHWM:" {
+			kb, _ := strconv.ParseFloat(f[1], 64)
+			return kb / 1024
+		}
+	}
+	return 0
+}
+
 // Bench measures forward log-probs, one GRPO-style train step (frozen reference forward +
 // policy forward/backward + clipping + AdamW) and KV-cache sampling with model m's config on
 // backend b. The model's weights are used for the forward and sampling runs; training runs on
@@ -138,7 +166,8 @@ func Bench(b *Backend, m *Model, opt BenchOptions) ([]Measurement, error) {
 	}
 	var out []Measurement
 	add := func(name string, tokens, flops, sec float64) {
-		out = append(out, Measurement{Name: name, TokensPerS: tokens / sec, GFLOPs: flops / sec / 1e9, MedianS: sec, Runs: opt.Runs})
+		out = append(out, Measurement{Name: name, TokensPerS: tokens / sec, GFLOPs: flops / sec / 1e9, MedianS: sec, Runs: opt.Runs,
+			PeakRSSMiB: peakRSSMiB()})
 	}
 
 	// Forward log-probs.
@@ -153,19 +182,12 @@ func Bench(b *Backend, m *Model, opt BenchOptions) ([]Measurement, error) {
 	add("forward_logprobs", float64(rows*length), forwardFLOPs(c, rows, length), sec)
 
 	// GRPO-style train step: the reference's forward (frozen, separate graph, as a sync would
-	// run it) and the policy's step.
+	// run it; m, which training leaves untouched, plays the reference) and the policy's step.
 	policy, err := NewModel(c, opt.Seed+1)
 	if err != nil {
 		return nil, err
 	}
-	reference, err := NewModel(c, opt.Seed+1)
-	if err != nil {
-		return nil, err
-	}
-	refScorer, err := NewScorer(b, reference)
-	if err != nil {
-		return nil, err
-	}
+	refScorer := sc
 	tr, err := NewTrainer(b, policy, benchPolicyLoss, TrainerConfig{AdamW: DefaultAdamW(), MaxGradNorm: 1,
 		Schedule: Schedule{Kind: "constant", BaseLR: 1e-5}})
 	if err != nil {
@@ -206,6 +228,27 @@ func Bench(b *Backend, m *Model, opt BenchOptions) ([]Measurement, error) {
 	// Reference forward + policy forward + backward (≈ 2× forward).
 	add("grpo_train_step", float64(rows*length), 4*forwardFLOPs(c, rows, length), sec)
 
+	// SFT step: masked next-token NLL (forward + backward + AdamW), by a second trainer of the
+	// same policy (the optimizer state variables, found by name in the model's context, are
+	// the first trainer's: no second copy in memory).
+	sft, err := NewTrainer(b, policy, benchSFTLoss, TrainerConfig{AdamW: DefaultAdamW(), MaxGradNorm: 1,
+		Schedule: Schedule{Kind: "constant", BaseLR: 1e-5}})
+	if err != nil {
+		return nil, err
+	}
+	sec, err = timeRuns(opt.Runs, func() error {
+		_, err := sft.Step([]map[string]*tensors.Tensor{{
+			"tokens":  tensors.FromFlatDataAndDimensions(tokens, rows, length),
+			"targets": tensors.FromFlatDataAndDimensions(targets, rows, length),
+			"mask":    tensors.FromFlatDataAndDimensions(tmask, rows, length),
+		}})
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("bench sft step: %w", err)
+	}
+	add("sft_train_step", float64(rows*length), 3*forwardFLOPs(c, rows, length), sec)
+
 	// KV-cache sampling.
 	sampler, err := NewSampler(b, m)
 	if err != nil {
@@ -224,7 +267,7 @@ func Bench(b *Backend, m *Model, opt BenchOptions) ([]Measurement, error) {
 	}
 	capacity := BucketLength(BucketLength(opt.PromptLen) + opt.NewTokens)
 	flops := forwardFLOPs(c, rows, BucketLength(opt.PromptLen)) + float64(opt.NewTokens)*forwardFLOPs(c, rows, 1) +
-		float64(opt.NewTokens*rows)*4*float64(c.Hidden*c.Layers)*float64(capacity)
+		float64(opt.NewTokens*rows)*4*float64(c.QDim()*c.Layers)*float64(capacity)
 	add("kv_cache_sampling", float64(rows*opt.NewTokens), flops, sec)
 	return out, nil
 }

@@ -29,6 +29,9 @@ type checkpointState struct {
 
 const checkpointFormat = "stx-checkpoint-v1"
 
+// masterPrefix names the float32 copies of weights that the model directory holds narrower.
+const masterPrefix = "master."
+
 // SaveCheckpoint writes the model (Hugging Face layout), the optimizer state (AdamW moments),
 // the step counters and rng (the caller's serialised RNG state, e.g. from rand.PCG.MarshalBinary)
 // to dir. Everything is written into a temporary sibling directory that is renamed onto dir,
@@ -65,6 +68,18 @@ func (t *Trainer) SaveCheckpoint(dir string, rng []byte) error {
 			}
 			opt = append(opt, safetensors.FromFloat32(kind.prefix+name, val.Shape().Dimensions, data))
 		}
+	}
+	// A model saved in a narrower dtype than float32 (a bf16 checkpoint stays bf16) keeps its
+	// float32 master weights here, so that resuming continues from the exact weights.
+	for _, p := range t.m.params {
+		if t.m.SaveDType(p.Name) == safetensors.F32 {
+			continue
+		}
+		data, err := t.m.ParamValues(p.Name)
+		if err != nil {
+			return fmt.Errorf("checkpoint: %w", err)
+		}
+		opt = append(opt, safetensors.FromFloat32(masterPrefix+p.Name, p.Shape, data))
 	}
 	if err := safetensors.WriteFile(filepath.Join(tmp, optimizerFile), opt, map[string]string{"format": checkpointFormat}); err != nil {
 		return fmt.Errorf("checkpoint: %w", err)
@@ -129,6 +144,20 @@ func (t *Trainer) LoadCheckpoint(dir string) (rng []byte, err error) {
 	f, err := safetensors.ReadFile(filepath.Join(dir, optimizerFile))
 	if err != nil {
 		return nil, fmt.Errorf("checkpoint: %w", err)
+	}
+	for _, p := range t.m.params {
+		if ts, ok := f.Tensors[masterPrefix+p.Name]; ok {
+			if !slices.Equal(ts.Shape, p.Shape) || ts.DType != safetensors.F32 {
+				return nil, fmt.Errorf("checkpoint %s: master weights %s are %s%v, want F32%v", dir, p.Name, ts.DType, ts.Shape, p.Shape)
+			}
+			data, err := ts.Float32s()
+			if err != nil {
+				return nil, fmt.Errorf("checkpoint %s: %w", dir, err)
+			}
+			if err := t.m.SetParam(p.Name, data); err != nil {
+				return nil, fmt.Errorf("checkpoint %s: %w", dir, err)
+			}
+		}
 	}
 	for i := range t.trainVar {
 		name := t.paramName(i)

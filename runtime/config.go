@@ -3,69 +3,214 @@ package runtime
 import (
 	"encoding/json"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
+	"strings"
 )
 
-// Architectures understood by the loader (the "architectures" field of a Hugging Face config.json).
+// Architectures understood by the loader (the "architectures" field of a Hugging Face
+// config.json), each with its "model_type".
 const (
-	ArchLlama = "LlamaForCausalLM"
-	ArchQwen2 = "Qwen2ForCausalLM"
+	ArchLlama   = "LlamaForCausalLM"   // Llama 2 and 3.x
+	ArchMistral = "MistralForCausalLM" // Llama with an optional sliding attention window
+	ArchQwen2   = "Qwen2ForCausalLM"   // Qwen2 and Qwen2.5: q/k/v biases
+	ArchQwen3   = "Qwen3ForCausalLM"   // Qwen3 dense: per-head RMSNorm of queries and keys
 )
 
-// Config describes one decoder of the Llama/Qwen2 family: token embedding, RMSNorm, RoPE
-// (rotate-half), grouped-query attention, SwiGLU MLP, optional q/k/v biases and tied embeddings.
+// modelTypes maps each supported "model_type" to its architecture.
+var modelTypes = map[string]string{"llama": ArchLlama, "mistral": ArchMistral, "qwen2": ArchQwen2, "qwen3": ArchQwen3}
+
+// supportedModels lists the supported model_type/architecture pairs, for error messages.
+const supportedModels = "llama (LlamaForCausalLM), mistral (MistralForCausalLM), qwen2 (Qwen2ForCausalLM), qwen3 (Qwen3ForCausalLM)"
+
+// modelType returns the "model_type" of an architecture.
+func modelType(arch string) string {
+	for t, a := range modelTypes {
+		if a == arch {
+			return t
+		}
+	}
+	return ""
+}
+
+// RopeScaling is a config's "rope_scaling": a change of the RoPE frequencies for contexts
+// longer than the model was pre-trained with. Type "" is plain RoPE.
+type RopeScaling struct {
+	Type string // "", "linear" or "llama3"
+	// Factor divides the frequencies (linear: all of them; llama3: the low ones).
+	Factor float64
+	// Llama 3.1's frequency bands: wavelengths below OriginalMaxPositions/HighFreqFactor keep
+	// their frequency, those above OriginalMaxPositions/LowFreqFactor are divided by Factor,
+	// and those in between are interpolated.
+	LowFreqFactor, HighFreqFactor float64
+	OriginalMaxPositions          int
+}
+
+// Config describes one decoder of the Llama/Mistral/Qwen family: token embedding, RMSNorm,
+// RoPE (rotate-half), grouped-query attention, SwiGLU MLP, optional attention biases, optional
+// per-head query/key RMSNorm (Qwen3), optional sliding attention window (Mistral) and tied
+// embeddings.
 type Config struct {
-	Architecture     string  // ArchLlama or ArchQwen2
-	VocabSize        int     // rows of the embedding and of lm_head
-	Hidden           int     // model width
-	Layers           int     // decoder blocks
-	Heads            int     // query heads
-	KVHeads          int     // key/value heads (divides Heads)
-	Intermediate     int     // SwiGLU width
-	RMSNormEps       float64 // epsilon inside RMSNorm
-	RopeTheta        float64 // RoPE base
-	MaxPositions     int     // longest sequence the model is used with
-	TieEmbeddings    bool    // lm_head shares model.embed_tokens.weight
-	AttentionBias    bool    // q/k/v projections have biases (Qwen2)
-	BOS, EOS, PAD    int     // special token ids (-1 if none)
-	InitStd          float64 // std of the normal initialisation of matrices
-	HasValueHead     bool    // adds a scalar head ("score.weight", [1, Hidden]) for value/reward roles
-	BuiltinTokenizer string  // "byte" for the built-in configs; "" for checkpoints
+	Architecture     string      // ArchLlama, ArchMistral, ArchQwen2 or ArchQwen3
+	VocabSize        int         // rows of the embedding and of lm_head
+	Hidden           int         // model width
+	Layers           int         // decoder blocks
+	Heads            int         // query heads
+	KVHeads          int         // key/value heads (divides Heads)
+	Intermediate     int         // SwiGLU width
+	HeadDimension    int         // per-head width when it is not Hidden/Heads ("head_dim"); 0: Hidden/Heads
+	RMSNormEps       float64     // epsilon inside RMSNorm
+	RopeTheta        float64     // RoPE base
+	RopeScaling      RopeScaling // frequency scaling ("rope_scaling"); zero value: none
+	MaxPositions     int         // longest sequence the model is used with
+	SlidingWindow    int         // each query attends to at most this many keys, itself included; 0: all
+	TieEmbeddings    bool        // lm_head shares model.embed_tokens.weight
+	AttentionBias    bool        // q/k/v projections have biases (always for Qwen2)
+	OutputBias       bool        // o_proj has a bias (Llama and Qwen3 with attention_bias)
+	QKNorm           bool        // RMSNorm of each query and key head before RoPE (Qwen3)
+	BOS, EOS, PAD    int         // special token ids (-1 if none)
+	InitStd          float64     // std of the normal initialisation of matrices
+	HasValueHead     bool        // adds a scalar head ("score.weight", [1, Hidden]) for value/reward roles
+	BuiltinTokenizer string      // "byte" for the built-in configs; "" for checkpoints
 }
 
 // HeadDim is the per-head width.
-func (c Config) HeadDim() int { return c.Hidden / c.Heads }
+func (c Config) HeadDim() int {
+	if c.HeadDimension > 0 {
+		return c.HeadDimension
+	}
+	return c.Hidden / c.Heads
+}
 
-// Validate checks the config's internal consistency.
+// QDim is the width of all query heads together (the attention's inner width).
+func (c Config) QDim() int { return c.Heads * c.HeadDim() }
+
+// Size limits of a config. They are far above any published dense decoder of this family
+// (e.g. Llama 3.1 405B: 126 layers, hidden 16384, 128 heads, intermediate 53248, vocab 128256)
+// and keep every size computation of this package well inside an int.
+const (
+	maxLayers       = 1024
+	maxHidden       = 1 << 16
+	maxHeads        = 1024
+	maxHeadDim      = 1024
+	maxVocab        = 1 << 22
+	maxIntermediate = 1 << 20
+	maxPositions    = 1 << 24
+)
+
+// Validate checks the config's internal consistency and its sizes against the package limits.
 func (c Config) Validate() error {
+	if modelType(c.Architecture) == "" {
+		return fmt.Errorf("model config: unsupported architecture %q (supported: %s)", c.Architecture, supportedModels)
+	}
+	for _, s := range []struct {
+		name   string
+		v, max int
+	}{{"vocab_size", c.VocabSize, maxVocab}, {"hidden_size", c.Hidden, maxHidden}, {"num_hidden_layers", c.Layers, maxLayers},
+		{"num_attention_heads", c.Heads, maxHeads}, {"num_key_value_heads", c.KVHeads, maxHeads},
+		{"intermediate_size", c.Intermediate, maxIntermediate}} {
+		if s.v <= 0 || s.v > s.max {
+			return fmt.Errorf("model config: %s %d out of range [1, %d]", s.name, s.v, s.max)
+		}
+	}
 	switch {
-	case c.Architecture != ArchLlama && c.Architecture != ArchQwen2:
-		return fmt.Errorf("model config: unsupported architecture %q (supported: %s, %s)", c.Architecture, ArchLlama, ArchQwen2)
-	case c.VocabSize <= 0 || c.Hidden <= 0 || c.Layers <= 0 || c.Heads <= 0 || c.KVHeads <= 0 || c.Intermediate <= 0:
-		return fmt.Errorf("model config: sizes must be positive (vocab %d, hidden %d, layers %d, heads %d, kv heads %d, intermediate %d)",
-			c.VocabSize, c.Hidden, c.Layers, c.Heads, c.KVHeads, c.Intermediate)
-	case c.Hidden%c.Heads != 0:
+	case c.HeadDimension < 0 || c.HeadDimension > maxHeadDim:
+		return fmt.Errorf("model config: head_dim %d out of range [1, %d]", c.HeadDimension, maxHeadDim)
+	case c.HeadDimension == 0 && c.Hidden%c.Heads != 0:
 		return fmt.Errorf("model config: hidden size %d is not a multiple of %d heads", c.Hidden, c.Heads)
+	case c.HeadDim() > maxHeadDim:
+		return fmt.Errorf("model config: head dimension %d exceeds %d", c.HeadDim(), maxHeadDim)
 	case c.Heads%c.KVHeads != 0:
 		return fmt.Errorf("model config: %d attention heads is not a multiple of %d key/value heads", c.Heads, c.KVHeads)
 	case c.Architecture == ArchQwen2 && !c.AttentionBias:
 		return fmt.Errorf("model config: %s always has q/k/v biases", ArchQwen2)
+	case c.Architecture == ArchMistral && (c.AttentionBias || c.OutputBias):
+		return fmt.Errorf("model config: %s has no attention biases", ArchMistral)
+	case c.QKNorm != (c.Architecture == ArchQwen3):
+		return fmt.Errorf("model config: query/key norms go with %s only", ArchQwen3)
 	case c.HeadDim()%2 != 0:
 		return fmt.Errorf("model config: head dimension %d must be even for RoPE", c.HeadDim())
-	case c.RMSNormEps <= 0 || c.RopeTheta <= 0:
+	case !(c.RMSNormEps > 0) || !(c.RopeTheta > 0) || math.IsInf(c.RopeTheta, 0):
 		return fmt.Errorf("model config: rms_norm_eps (%g) and rope_theta (%g) must be positive", c.RMSNormEps, c.RopeTheta)
+	case c.MaxPositions <= 0:
+		// Without it no length check before sampling or scoring could catch a
+		// sequence the model was never meant to see.
+		return fmt.Errorf("model config: max_position_embeddings is missing or not positive (%d): the model's longest sequence must be known", c.MaxPositions)
+	case c.MaxPositions > maxPositions:
+		return fmt.Errorf("model config: max_position_embeddings %d out of range [1, %d]", c.MaxPositions, maxPositions)
+	case c.SlidingWindow < 0:
+		return fmt.Errorf("model config: negative sliding_window %d", c.SlidingWindow)
 	}
-	return validateLimits(c)
+	return c.RopeScaling.validate()
+}
+
+func (r RopeScaling) validate() error {
+	switch r.Type {
+	case "":
+		return nil
+	case "linear":
+		if !(r.Factor >= 1) || math.IsInf(r.Factor, 0) {
+			return fmt.Errorf("model config: rope_scaling linear needs a factor ≥ 1, got %g", r.Factor)
+		}
+	case "llama3":
+		if !(r.Factor >= 1) || math.IsInf(r.Factor, 0) || !(r.LowFreqFactor > 0) || !(r.HighFreqFactor > r.LowFreqFactor) ||
+			math.IsInf(r.HighFreqFactor, 0) || r.OriginalMaxPositions <= 0 || r.OriginalMaxPositions > maxPositions {
+			return fmt.Errorf("model config: rope_scaling llama3 needs factor ≥ 1, 0 < low_freq_factor < high_freq_factor and original_max_position_embeddings in [1, %d] (got %g, %g, %g, %d)",
+				maxPositions, r.Factor, r.LowFreqFactor, r.HighFreqFactor, r.OriginalMaxPositions)
+		}
+	default:
+		return fmt.Errorf("model config: rope_scaling type %q is not supported (supported: linear, llama3)", r.Type)
+	}
+	return nil
+}
+
+// RopeInvFreq returns the RoPE rotation frequency of each of the headDim/2 pairs of a head:
+// θ^(−2i/headDim), changed by the config's rope_scaling.
+func (c Config) RopeInvFreq() []float64 {
+	hd := c.HeadDim()
+	inv := make([]float64, hd/2)
+	for i := range inv {
+		inv[i] = 1 / math.Pow(c.RopeTheta, float64(2*i)/float64(hd))
+	}
+	r := c.RopeScaling
+	switch r.Type {
+	case "linear":
+		for i := range inv {
+			inv[i] /= r.Factor
+		}
+	case "llama3":
+		orig := float64(r.OriginalMaxPositions)
+		lowWavelen, highWavelen := orig/r.LowFreqFactor, orig/r.HighFreqFactor
+		for i, f := range inv {
+			wavelen := 2 * math.Pi / f
+			switch {
+			case wavelen < highWavelen: // high frequencies: unchanged
+			case wavelen > lowWavelen:
+				inv[i] = f / r.Factor
+			default:
+				smooth := (orig/wavelen - r.LowFreqFactor) / (r.HighFreqFactor - r.LowFreqFactor)
+				inv[i] = (1-smooth)*f/r.Factor + smooth*f
+			}
+		}
+	}
+	return inv
 }
 
 // NumParams counts the model's parameters.
 func (c Config) NumParams() int {
-	d, kv := c.Hidden, c.KVHeads*c.HeadDim()
-	perLayer := 2*d + d*d + 2*d*kv + d*d + 3*d*c.Intermediate
+	d, kv, q := c.Hidden, c.KVHeads*c.HeadDim(), c.QDim()
+	perLayer := 2*d + d*q + 2*d*kv + q*d + 3*d*c.Intermediate
 	if c.AttentionBias {
-		perLayer += d + 2*kv
+		perLayer += q + 2*kv
+	}
+	if c.OutputBias {
+		perLayer += d
+	}
+	if c.QKNorm {
+		perLayer += 2 * c.HeadDim()
 	}
 	n := c.VocabSize*d + c.Layers*perLayer + d
 	if !c.TieEmbeddings {
@@ -75,6 +220,46 @@ func (c Config) NumParams() int {
 		n += d
 	}
 	return n
+}
+
+// checkMemory refuses a model whose float32 weights alone would not fit in this machine's
+// memory, before anything is allocated for it.
+func (c Config) checkMemory() error {
+	need := uint64(c.NumParams()) * 4
+	limit, what := memoryLimit()
+	if need > limit {
+		return fmt.Errorf("model config: %d parameters need %.1f GiB as float32, more than the %.1f GiB of %s",
+			c.NumParams(), float64(need)/(1<<30), float64(limit)/(1<<30), what)
+	}
+	return nil
+}
+
+// MemoryLimit returns the memory available to this process, in bytes: the smaller of the
+// machine's physical memory and the cgroup's limit, or 1 TiB where neither can be read.
+func MemoryLimit() uint64 {
+	limit, _ := memoryLimit()
+	return limit
+}
+
+// memoryLimit returns the memory available to this process: the smaller of the machine's
+// physical memory and the cgroup's limit, or 1 TiB where neither can be read.
+func memoryLimit() (uint64, string) {
+	limit, what := uint64(1)<<40, "the default limit"
+	if raw, err := os.ReadFile("/proc/meminfo"); err == nil {
+		for _, line := range strings.Split(string(raw), "\n") {
+			if f := strings.Fields(line); len(f) >= 2 && f[0] == "MemTotal:" {
+				if kb, err := strconv.ParseUint(f[1], 10, 64); err == nil {
+					limit, what = kb<<10, "this machine's memory"
+				}
+			}
+		}
+	}
+	if raw, err := os.ReadFile("/sys/fs/cgroup/memory.max"); err == nil {
+		if b, err := strconv.ParseUint(strings.TrimSpace(string(raw)), 10, 64); err == nil && b < limit {
+			limit, what = b, "this process's cgroup memory limit"
+		}
+	}
+	return limit, what
 }
 
 // Built-in named configs. Both use the byte-level tokenizer's special ids.
@@ -105,7 +290,8 @@ func BuiltinConfigNames() []string {
 	return names
 }
 
-// hfConfig is the subset of a Hugging Face config.json that this model family uses.
+// hfConfig is the subset of a Hugging Face config.json that this model family uses, plus the
+// fields of features it does not implement, so that those are refused rather than ignored.
 type hfConfig struct {
 	Architectures         []string `json:"architectures"`
 	ModelType             string   `json:"model_type"`
@@ -117,20 +303,28 @@ type hfConfig struct {
 	NumKeyValueHeads      *int     `json:"num_key_value_heads,omitempty"`
 	RMSNormEps            float64  `json:"rms_norm_eps"`
 	RopeTheta             float64  `json:"rope_theta"`
-	MaxPositionEmbeddings int      `json:"max_position_embeddings"`
-	TieWordEmbeddings     bool     `json:"tie_word_embeddings"`
+	MaxPositionEmbeddings *int     `json:"max_position_embeddings"`
+	TieWordEmbeddings     *bool    `json:"tie_word_embeddings"`
 	AttentionBias         *bool    `json:"attention_bias,omitempty"`
 	HiddenAct             string   `json:"hidden_act"`
-	BOSTokenID            *int     `json:"bos_token_id,omitempty"`
+	BOSTokenID            any      `json:"bos_token_id,omitempty"`
 	EOSTokenID            any      `json:"eos_token_id,omitempty"`
-	PADTokenID            *int     `json:"pad_token_id,omitempty"`
+	PADTokenID            any      `json:"pad_token_id,omitempty"`
 	TorchDType            string   `json:"torch_dtype,omitempty"`
 	RopeScaling           any      `json:"rope_scaling,omitempty"`
+	RopeParameters        any      `json:"rope_parameters,omitempty"` // transformers v5's rope_theta + rope_scaling
 	HeadDim               *int     `json:"head_dim,omitempty"`
 	InitializerRange      float64  `json:"initializer_range,omitempty"`
 	StxTokenizer          string   `json:"stx_tokenizer,omitempty"`
 	UseSlidingWindow      bool     `json:"use_sliding_window,omitempty"`
+	SlidingWindow         *int     `json:"sliding_window,omitempty"`
+	LayerTypes            []string `json:"layer_types,omitempty"`
 	MLPBias               bool     `json:"mlp_bias,omitempty"`
+	PartialRotaryFactor   *float64 `json:"partial_rotary_factor,omitempty"`
+	// Mixture-of-experts fields (Qwen2/3-MoE, Mixtral, DeepSeek): dense models only here.
+	NumExperts      *int `json:"num_experts,omitempty"`
+	NumLocalExperts *int `json:"num_local_experts,omitempty"`
+	NRoutedExperts  *int `json:"n_routed_experts,omitempty"`
 }
 
 // ReadHFConfig reads dir/config.json and maps it to a Config.
@@ -147,43 +341,125 @@ func ReadHFConfig(dir string) (Config, error) {
 	return cfg, nil
 }
 
-// ParseHFConfig maps the contents of a Hugging Face config.json to a Config.
+// tokenID reads a special token id: a number, or the first of a list of numbers; -1 if none.
+func tokenID(v any) int {
+	switch e := v.(type) {
+	case float64:
+		return int(e)
+	case []any:
+		if len(e) > 0 {
+			if f, ok := e[0].(float64); ok {
+				return int(f)
+			}
+		}
+	}
+	return -1
+}
+
+// ParseHFConfig maps the contents of a Hugging Face config.json to a Config. Architectures
+// and options this package does not implement are refused with an error naming them, and the
+// sizes are checked against the package limits and this machine's memory, so that nothing is
+// allocated for a model that cannot be loaded.
 func ParseHFConfig(data []byte) (Config, error) {
+	c, err := parseHFConfig(data)
+	if err != nil {
+		return Config{}, err
+	}
+	if err := c.checkMemory(); err != nil {
+		return Config{}, err
+	}
+	return c, nil
+}
+
+// parseHFConfig is ParseHFConfig without the check against this machine's memory.
+func parseHFConfig(data []byte) (Config, error) {
 	var h hfConfig
 	if err := json.Unmarshal(data, &h); err != nil {
 		return Config{}, fmt.Errorf("parsing config.json: %w", err)
 	}
-	if len(h.Architectures) == 0 {
-		return Config{}, fmt.Errorf("config.json has no \"architectures\" (want %s or %s)", ArchLlama, ArchQwen2)
+	arch := ""
+	if len(h.Architectures) > 0 {
+		arch = h.Architectures[0]
+		if modelType(arch) == "" {
+			return Config{}, fmt.Errorf("unsupported architecture %q (supported: %s)", arch, supportedModels)
+		}
 	}
-	arch := h.Architectures[0]
-	if arch != ArchLlama && arch != ArchQwen2 {
-		return Config{}, fmt.Errorf("unsupported architecture %q (supported: %s, %s)", arch, ArchLlama, ArchQwen2)
+	switch want, ok := modelTypes[h.ModelType]; {
+	case h.ModelType == "" && arch == "":
+		return Config{}, fmt.Errorf("config.json has neither \"architectures\" nor \"model_type\" (supported: %s)", supportedModels)
+	case h.ModelType != "" && !ok:
+		return Config{}, fmt.Errorf("unsupported model_type %q (supported: %s)", h.ModelType, supportedModels)
+	case arch == "":
+		arch = want
+	case h.ModelType != "" && want != arch:
+		return Config{}, fmt.Errorf("model_type %q does not match architecture %q (supported: %s)", h.ModelType, arch, supportedModels)
 	}
-	if h.HiddenAct != "" && h.HiddenAct != "silu" {
+	switch {
+	case h.HiddenAct != "" && h.HiddenAct != "silu":
 		return Config{}, fmt.Errorf("unsupported hidden_act %q (want silu)", h.HiddenAct)
-	}
-	if h.UseSlidingWindow {
-		return Config{}, fmt.Errorf("use_sliding_window is not supported")
-	}
-	if h.MLPBias {
+	case h.UseSlidingWindow:
+		return Config{}, fmt.Errorf("use_sliding_window is not supported for %s (only full attention)", arch)
+	case h.MLPBias:
 		return Config{}, fmt.Errorf("mlp_bias is not supported")
+	case h.PartialRotaryFactor != nil && *h.PartialRotaryFactor != 1:
+		return Config{}, fmt.Errorf("partial_rotary_factor %g is not supported (RoPE over whole heads only)", *h.PartialRotaryFactor)
+	case h.NumExperts != nil && *h.NumExperts > 0, h.NumLocalExperts != nil && *h.NumLocalExperts > 0,
+		h.NRoutedExperts != nil && *h.NRoutedExperts > 0:
+		return Config{}, fmt.Errorf("mixture-of-experts models are not supported (dense models only: %s)", supportedModels)
+	case h.MaxPositionEmbeddings == nil || *h.MaxPositionEmbeddings <= 0:
+		return Config{}, fmt.Errorf("max_position_embeddings is missing or not positive: the model's longest sequence must be known")
 	}
-	if h.RopeScaling != nil {
-		return Config{}, fmt.Errorf("rope_scaling is not supported (got %v)", h.RopeScaling)
+	for _, t := range h.LayerTypes {
+		if t != "full_attention" {
+			return Config{}, fmt.Errorf("layer_types %q is not supported (only full_attention)", t)
+		}
 	}
 	c := Config{
 		Architecture: arch, VocabSize: h.VocabSize, Hidden: h.HiddenSize, Layers: h.NumHiddenLayers,
 		Heads: h.NumAttentionHeads, KVHeads: h.NumAttentionHeads, Intermediate: h.IntermediateSize,
-		RMSNormEps: h.RMSNormEps, RopeTheta: h.RopeTheta, MaxPositions: h.MaxPositionEmbeddings,
-		TieEmbeddings: h.TieWordEmbeddings, AttentionBias: arch == ArchQwen2,
-		BOS: -1, EOS: -1, PAD: -1, InitStd: h.InitializerRange, BuiltinTokenizer: h.StxTokenizer,
+		RMSNormEps: h.RMSNormEps, RopeTheta: h.RopeTheta, MaxPositions: *h.MaxPositionEmbeddings,
+		AttentionBias: arch == ArchQwen2, QKNorm: arch == ArchQwen3,
+		BOS: tokenID(h.BOSTokenID), EOS: tokenID(h.EOSTokenID), PAD: tokenID(h.PADTokenID),
+		InitStd: h.InitializerRange, BuiltinTokenizer: h.StxTokenizer,
+	}
+	// The config classes of these four architectures default to untied embeddings.
+	if h.TieWordEmbeddings != nil {
+		c.TieEmbeddings = *h.TieWordEmbeddings
 	}
 	if h.NumKeyValueHeads != nil {
 		c.KVHeads = *h.NumKeyValueHeads
 	}
 	if h.AttentionBias != nil {
-		c.AttentionBias = *h.AttentionBias
+		switch arch {
+		case ArchLlama, ArchQwen3: // one switch for q, k, v and o
+			c.AttentionBias, c.OutputBias = *h.AttentionBias, *h.AttentionBias
+		case ArchMistral:
+			if *h.AttentionBias {
+				return Config{}, fmt.Errorf("attention_bias is not supported for %s", arch)
+			}
+		}
+	}
+	if arch == ArchMistral && h.SlidingWindow != nil && *h.SlidingWindow > 0 {
+		// Mistral applies its sliding_window in every layer; Qwen's needs use_sliding_window,
+		// refused above, and Llama has none.
+		c.SlidingWindow = *h.SlidingWindow
+	}
+	rope := h.RopeScaling
+	if h.RopeParameters != nil {
+		if h.RopeScaling != nil {
+			return Config{}, fmt.Errorf("config.json has both rope_scaling and rope_parameters")
+		}
+		rope = h.RopeParameters
+	}
+	if rope != nil {
+		rs, theta, err := parseRopeScaling(rope)
+		if err != nil {
+			return Config{}, err
+		}
+		c.RopeScaling = rs
+		if theta > 0 {
+			c.RopeTheta = theta
+		}
 	}
 	if c.RopeTheta == 0 {
 		c.RopeTheta = 10000
@@ -194,23 +470,12 @@ func ParseHFConfig(data []byte) (Config, error) {
 	if c.InitStd == 0 {
 		c.InitStd = 0.02
 	}
-	if h.HeadDim != nil && c.Heads > 0 && *h.HeadDim != c.Hidden/c.Heads {
-		return Config{}, fmt.Errorf("head_dim %d differs from hidden_size/num_attention_heads = %d: not supported", *h.HeadDim, c.Hidden/c.Heads)
-	}
-	if h.BOSTokenID != nil {
-		c.BOS = *h.BOSTokenID
-	}
-	if h.PADTokenID != nil {
-		c.PAD = *h.PADTokenID
-	}
-	switch e := h.EOSTokenID.(type) {
-	case float64:
-		c.EOS = int(e)
-	case []any:
-		if len(e) > 0 {
-			if f, ok := e[0].(float64); ok {
-				c.EOS = int(f)
-			}
+	if h.HeadDim != nil {
+		if *h.HeadDim <= 0 {
+			return Config{}, fmt.Errorf("head_dim %d must be positive", *h.HeadDim)
+		}
+		if c.Heads <= 0 || c.Hidden%c.Heads != 0 || *h.HeadDim != c.Hidden/c.Heads {
+			c.HeadDimension = *h.HeadDim
 		}
 	}
 	if err := c.Validate(); err != nil {
@@ -219,32 +484,78 @@ func ParseHFConfig(data []byte) (Config, error) {
 	return c, nil
 }
 
+// parseRopeScaling reads a rope_scaling (or transformers v5 rope_parameters) object: its type
+// under "rope_type" or the older "type", and rope_theta where rope_parameters carries it.
+func parseRopeScaling(v any) (RopeScaling, float64, error) {
+	m, ok := v.(map[string]any)
+	if !ok {
+		return RopeScaling{}, 0, fmt.Errorf("rope_scaling must be an object, got %v", v)
+	}
+	num := func(key string) float64 {
+		f, _ := m[key].(float64)
+		return f
+	}
+	typ, _ := m["rope_type"].(string)
+	if typ == "" {
+		typ, _ = m["type"].(string)
+	}
+	var r RopeScaling
+	switch typ {
+	case "", "default":
+	case "linear", "llama3":
+		r = RopeScaling{Type: typ, Factor: num("factor"), LowFreqFactor: num("low_freq_factor"),
+			HighFreqFactor: num("high_freq_factor"), OriginalMaxPositions: int(num("original_max_position_embeddings"))}
+	default:
+		return RopeScaling{}, 0, fmt.Errorf("rope_scaling type %q is not supported (supported: linear, llama3)", typ)
+	}
+	if f, ok := m["partial_rotary_factor"].(float64); ok && f != 1 {
+		return RopeScaling{}, 0, fmt.Errorf("partial_rotary_factor %g is not supported (RoPE over whole heads only)", f)
+	}
+	if err := r.validate(); err != nil {
+		return RopeScaling{}, 0, err
+	}
+	return r, num("rope_theta"), nil
+}
+
 // HFConfigJSON renders the config as a Hugging Face config.json.
 func (c Config) HFConfigJSON() ([]byte, error) {
-	modelType := "llama"
-	if c.Architecture == ArchQwen2 {
-		modelType = "qwen2"
-	}
 	m := map[string]any{
 		"architectures":           []string{c.Architecture},
-		"model_type":              modelType,
+		"model_type":              modelType(c.Architecture),
 		"vocab_size":              c.VocabSize,
 		"hidden_size":             c.Hidden,
 		"intermediate_size":       c.Intermediate,
 		"num_hidden_layers":       c.Layers,
 		"num_attention_heads":     c.Heads,
 		"num_key_value_heads":     c.KVHeads,
+		"head_dim":                c.HeadDim(),
 		"rms_norm_eps":            c.RMSNormEps,
 		"rope_theta":              c.RopeTheta,
+		"rope_scaling":            nil,
 		"max_position_embeddings": c.MaxPositions,
 		"tie_word_embeddings":     c.TieEmbeddings,
 		"hidden_act":              "silu",
 		"torch_dtype":             "float32",
 		"initializer_range":       c.InitStd,
 	}
-	if c.Architecture == ArchLlama {
+	switch c.Architecture {
+	case ArchLlama, ArchQwen3:
 		m["attention_bias"] = c.AttentionBias
 		m["mlp_bias"] = false
+	case ArchMistral:
+		m["sliding_window"] = nil
+		if c.SlidingWindow > 0 {
+			m["sliding_window"] = c.SlidingWindow
+		}
+	case ArchQwen2:
+		m["use_sliding_window"] = false
+	}
+	switch r := c.RopeScaling; r.Type {
+	case "linear":
+		m["rope_scaling"] = map[string]any{"rope_type": r.Type, "factor": r.Factor}
+	case "llama3":
+		m["rope_scaling"] = map[string]any{"rope_type": r.Type, "factor": r.Factor, "low_freq_factor": r.LowFreqFactor,
+			"high_freq_factor": r.HighFreqFactor, "original_max_position_embeddings": r.OriginalMaxPositions}
 	}
 	if c.BOS >= 0 {
 		m["bos_token_id"] = c.BOS

@@ -3,11 +3,13 @@
 //
 //   - backend selection (NewBackend): SimpleGo ("go", pure Go) by default, XLA through a PJRT
 //     plugin when configured ("xla:cuda", a plugin path, $GOMLX_BACKEND), never a download;
-//   - one decoder family for Llama and Qwen2 checkpoints (Model, Config, BuiltinConfig "tiny"
-//     and "bench"), with graph-level building blocks for the specializations: Forward,
-//     Logits, LogProbs, Entropy, ValueHead, MaskedMean and friends;
+//   - one decoder family for Llama 2/3.x (rope_scaling linear and llama3), Mistral (sliding
+//     window), Qwen2/2.5 and Qwen3 dense checkpoints (Model, Config, BuiltinConfig "tiny" and
+//     "bench"), with graph-level building blocks for the specializations: Forward, Logits,
+//     LogProbs, Entropy, ValueHead, MaskedMean and friends;
 //   - Hugging Face layout IO (LoadModel, OpenModel, Model.SaveHF) on top of
-//     runtime/safetensors;
+//     runtime/safetensors: f32, bf16, f16 and f64 weights, saved back in their dtype; configs
+//     and safetensors headers checked against size limits before anything is allocated;
 //   - training (Trainer): gradients of a loss built in the graph by a LossFn, accumulation over
 //     micro-batches, global-norm clipping, AdamW with PyTorch semantics, LR schedules, atomic
 //     checkpoints that resume bit-exactly;

@@ -47,9 +47,11 @@ type hostDecoder struct {
 // GEMM calls of a step.
 type hostLayer struct {
 	inNorm, postNorm []float32
-	qkv              []float32 // [hidden, hidden+2·kvDim] (transposed) or [hidden+2·kvDim, hidden]
-	qkvBias          []float32 // [hidden+2·kvDim], nil without attention biases
-	o                []float32 // [hidden, hidden]
+	qkv              []float32 // [hidden, qDim+2·kvDim] (transposed) or [qDim+2·kvDim, hidden]
+	qkvBias          []float32 // [qDim+2·kvDim], nil without attention biases
+	qNorm, kNorm     []float32 // [headDim] per-head RMSNorm weights (Qwen3), nil without
+	o                []float32 // [qDim, hidden] (transposed) or [hidden, qDim]
+	oBias            []float32 // [hidden], nil without an output bias
 	gateUp           []float32 // [hidden, 2·intermediate] (transposed) or [2·intermediate, hidden]
 	down             []float32 // [intermediate, hidden] (transposed) or [hidden, intermediate]
 }
@@ -59,9 +61,8 @@ func newHostDecoder(m *Model) (*hostDecoder, error) {
 	c := m.Config
 	d := &hostDecoder{c: c, workers: max(1, runtime.GOMAXPROCS(0)), transposed: blas.Available()}
 	hd := c.HeadDim()
-	d.invFreq = make([]float32, hd/2)
-	for i := range d.invFreq {
-		d.invFreq[i] = float32(1 / math.Pow(c.RopeTheta, float64(2*i)/float64(hd)))
+	for _, f := range c.RopeInvFreq() {
+		d.invFreq = append(d.invFreq, float32(f))
 	}
 	var firstErr error
 	get := func(name string) []float32 {
@@ -80,7 +81,7 @@ func newHostDecoder(m *Model) (*hostDecoder, error) {
 	if firstErr != nil {
 		return nil, fmt.Errorf("host decoder: %w", firstErr)
 	}
-	hid, kvd, inter := c.Hidden, c.KVHeads*hd, c.Intermediate
+	hid, qd, kvd, inter := c.Hidden, c.QDim(), c.KVHeads*hd, c.Intermediate
 	d.head = d.projections(hid, [][]float32{head}, []int{c.VocabSize})
 	d.layers = make([]hostLayer, c.Layers)
 	for l := range d.layers {
@@ -89,11 +90,17 @@ func newHostDecoder(m *Model) (*hostDecoder, error) {
 		ly.inNorm = get(pre + "input_layernorm.weight")
 		ly.postNorm = get(pre + "post_attention_layernorm.weight")
 		ly.qkv = d.projections(hid, [][]float32{get(pre + "self_attn.q_proj.weight"), get(pre + "self_attn.k_proj.weight"),
-			get(pre + "self_attn.v_proj.weight")}, []int{hid, kvd, kvd})
+			get(pre + "self_attn.v_proj.weight")}, []int{qd, kvd, kvd})
 		if c.AttentionBias {
 			ly.qkvBias = slices.Concat(get(pre+"self_attn.q_proj.bias"), get(pre+"self_attn.k_proj.bias"), get(pre+"self_attn.v_proj.bias"))
 		}
-		ly.o = d.projections(hid, [][]float32{get(pre + "self_attn.o_proj.weight")}, []int{hid})
+		if c.QKNorm {
+			ly.qNorm, ly.kNorm = get(pre+"self_attn.q_norm.weight"), get(pre+"self_attn.k_norm.weight")
+		}
+		ly.o = d.projections(qd, [][]float32{get(pre + "self_attn.o_proj.weight")}, []int{hid})
+		if c.OutputBias {
+			ly.oBias = get(pre + "self_attn.o_proj.bias")
+		}
 		ly.gateUp = d.projections(hid, [][]float32{get(pre + "mlp.gate_proj.weight"), get(pre + "mlp.up_proj.weight")}, []int{inter, inter})
 		ly.down = d.projections(inter, [][]float32{get(pre + "mlp.down_proj.weight")}, []int{hid})
 		if firstErr != nil {
@@ -210,7 +217,11 @@ func grow(buf []float32, n int) []float32 {
 }
 
 func (d *hostDecoder) rmsNorm(out, x, w []float32, rows int) {
-	n := d.c.Hidden
+	d.rmsNormWidth(out, x, w, rows, d.c.Hidden)
+}
+
+// rmsNormWidth normalises rows rows of n values each (n = len(w)).
+func (d *hostDecoder) rmsNormWidth(out, x, w []float32, rows, n int) {
 	for r := range rows {
 		xr, or := x[r*n:(r+1)*n], out[r*n:(r+1)*n]
 		var ms float32
@@ -251,13 +262,13 @@ func (d *hostDecoder) step(tokens, positions []int32, kCache, vCache [][]float32
 	rows := len(padCount)
 	n := len(tokens) // token rows
 	T := n / rows
-	hid, hd, kvh := c.Hidden, c.HeadDim(), c.KVHeads
+	hid, hd, kvh, qd := c.Hidden, c.HeadDim(), c.KVHeads, c.QDim()
 	kvd, group, half := kvh*hd, c.Heads/kvh, hd/2
-	qkvDim, inter := hid+2*kvd, c.Intermediate
+	qkvDim, inter := qd+2*kvd, c.Intermediate
 	d.x = grow(d.x, n*hid)
 	d.h = grow(d.h, n*hid)
 	d.qkv = grow(d.qkv, n*qkvDim)
-	d.attn = grow(d.attn, n*hid)
+	d.attn = grow(d.attn, n*qd)
 	d.gu = grow(d.gu, n*2*inter)
 	d.act = grow(d.act, n*inter)
 	d.mlp = grow(d.mlp, n*hid)
@@ -291,14 +302,18 @@ func (d *hostDecoder) step(tokens, positions []int32, kCache, vCache [][]float32
 						qkv[j] += b
 					}
 				}
+				if ly.qNorm != nil { // Qwen3: RMSNorm of every head before RoPE
+					d.rmsNormWidth(qkv[:qd], qkv[:qd], ly.qNorm, c.Heads, hd)
+					d.rmsNormWidth(qkv[qd:qd+kvd], qkv[qd:qd+kvd], ly.kNorm, kvh, hd)
+				}
 				cs, sn := d.cos[i*half:(i+1)*half], d.sin[i*half:(i+1)*half]
-				rope(qkv[:hid], c.Heads, hd, cs, sn)
-				rope(qkv[hid:hid+kvd], kvh, hd, cs, sn)
+				rope(qkv[:qd], c.Heads, hd, cs, sn)
+				rope(qkv[qd:qd+kvd], kvh, hd, cs, sn)
 				r, s := i/T, slot+i%T
 				for g := range kvh {
 					at := ((r*kvh+g)*capacity + s) * hd
-					copy(kc[at:at+hd], qkv[hid+g*hd:hid+(g+1)*hd])
-					copy(vc[at:at+hd], qkv[hid+kvd+g*hd:hid+kvd+(g+1)*hd])
+					copy(kc[at:at+hd], qkv[qd+g*hd:qd+(g+1)*hd])
+					copy(vc[at:at+hd], qkv[qd+kvd+g*hd:qd+kvd+(g+1)*hd])
 				}
 			}
 		})
@@ -309,10 +324,15 @@ func (d *hostDecoder) step(tokens, positions []int32, kCache, vCache [][]float32
 				r, s := i/T, slot+i%T
 				blk := r*kvh + h/group
 				d.attendHead(w, kc[blk*capacity*hd:(blk+1)*capacity*hd], vc[blk*capacity*hd:(blk+1)*capacity*hd],
-					min(padCount[r], s), s, d.qkv[i*qkvDim+h*hd:i*qkvDim+(h+1)*hd], d.attn[i*hid+h*hd:i*hid+(h+1)*hd])
+					min(padCount[r], s), s, d.qkv[i*qkvDim+h*hd:i*qkvDim+(h+1)*hd], d.attn[i*qd+h*hd:i*qd+(h+1)*hd])
 			}
 		})
-		d.matMul(d.mlp, ly.o, d.attn, n, hid, hid)
+		d.matMul(d.mlp, ly.o, d.attn, n, hid, qd)
+		if ly.oBias != nil {
+			for i := range n {
+				addInto(d.mlp[i*hid:(i+1)*hid], ly.oBias)
+			}
+		}
 		addInto(d.x, d.mlp)
 		d.rmsNorm(d.h, d.x, ly.postNorm, n)
 		d.matMul(d.gu, ly.gateUp, d.h, n, 2*inter, hid)

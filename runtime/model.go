@@ -12,6 +12,7 @@ import (
 	"github.com/gomlx/gomlx/pkg/core/shapes"
 	"github.com/gomlx/gomlx/pkg/core/tensors"
 	"github.com/gomlx/gomlx/pkg/ml/context"
+	"stx.dev/stx/runtime/safetensors"
 )
 
 // maskValue is the additive attention bias of masked keys: large enough to zero their softmax
@@ -37,6 +38,9 @@ type Model struct {
 	// copies the tokenizer files, so a saved model opens in other tools like the original.
 	source       string
 	sourceConfig map[string]any
+	// dtypes holds the file dtype of each tensor loaded from safetensors, which SaveHF writes
+	// back (a bf16 checkpoint stays bf16); nil for a new model (float32).
+	dtypes map[string]safetensors.DType
 }
 
 // NewModel creates a model with freshly initialised weights in a new context. Initialisation
@@ -85,23 +89,31 @@ func newEmptyModel(ctx *context.Context, scope string, cfg Config) *Model {
 
 // paramList returns the model's tensors in a fixed order, with Hugging Face names and shapes.
 func paramList(c Config) []Param {
-	d, kv := c.Hidden, c.KVHeads*c.HeadDim()
+	d, kv, q, hd := c.Hidden, c.KVHeads*c.HeadDim(), c.QDim(), c.HeadDim()
 	ps := []Param{{"model.embed_tokens.weight", []int{c.VocabSize, d}}}
 	for l := range c.Layers {
 		pre := fmt.Sprintf("model.layers.%d.", l)
 		ps = append(ps,
 			Param{pre + "input_layernorm.weight", []int{d}},
-			Param{pre + "self_attn.q_proj.weight", []int{d, d}},
+			Param{pre + "self_attn.q_proj.weight", []int{q, d}},
 			Param{pre + "self_attn.k_proj.weight", []int{kv, d}},
 			Param{pre + "self_attn.v_proj.weight", []int{kv, d}})
 		if c.AttentionBias {
 			ps = append(ps,
-				Param{pre + "self_attn.q_proj.bias", []int{d}},
+				Param{pre + "self_attn.q_proj.bias", []int{q}},
 				Param{pre + "self_attn.k_proj.bias", []int{kv}},
 				Param{pre + "self_attn.v_proj.bias", []int{kv}})
 		}
+		if c.QKNorm {
+			ps = append(ps,
+				Param{pre + "self_attn.q_norm.weight", []int{hd}},
+				Param{pre + "self_attn.k_norm.weight", []int{hd}})
+		}
+		ps = append(ps, Param{pre + "self_attn.o_proj.weight", []int{d, q}})
+		if c.OutputBias {
+			ps = append(ps, Param{pre + "self_attn.o_proj.bias", []int{d}})
+		}
 		ps = append(ps,
-			Param{pre + "self_attn.o_proj.weight", []int{d, d}},
 			Param{pre + "post_attention_layernorm.weight", []int{d}},
 			Param{pre + "mlp.gate_proj.weight", []int{c.Intermediate, d}},
 			Param{pre + "mlp.up_proj.weight", []int{c.Intermediate, d}},
@@ -259,7 +271,8 @@ func (m *Model) ValueHead(ctx *context.Context, hidden *Node) *Node {
 }
 
 // forward is the decoder. positions [batch, seq] (nil: 0..seq-1); bias [batch, seq, seq] is the
-// additive attention bias among the new tokens (nil: causal); past holds earlier keys/values
+// additive attention bias among the new tokens (nil: causal, within the sliding window if the
+// model has one); past holds earlier keys/values
 // (nil: none). It returns the hidden states and this call's keys and transposed values.
 func (m *Model) forward(ctx *context.Context, tokens, positions, bias *Node, past *kvCache) (*Node, kvCache) {
 	c := m.Config
@@ -274,7 +287,12 @@ func (m *Model) forward(ctx *context.Context, tokens, positions, bias *Node, pas
 	if bias == nil {
 		row := Iota(g, shapes.Make(dtypes.Int32, seq, seq), 0)
 		col := Iota(g, shapes.Make(dtypes.Int32, seq, seq), 1)
-		causal := Where(GreaterOrEqual(row, col), Scalar(g, dtypes.Float32, 0), Scalar(g, dtypes.Float32, maskValue))
+		visible := GreaterOrEqual(row, col)
+		if c.SlidingWindow > 0 && seq > c.SlidingWindow {
+			// A query sees the SlidingWindow latest keys, itself included: row − col < window.
+			visible = LogicalAnd(visible, LessThan(Sub(row, col), Scalar(g, dtypes.Int32, c.SlidingWindow)))
+		}
+		causal := Where(visible, Scalar(g, dtypes.Float32, 0), Scalar(g, dtypes.Float32, maskValue))
 		bias = BroadcastToDims(InsertAxes(causal, 0), batch, seq, seq)
 	}
 	// [batch, 1, 1, seq, keys]: broadcast over kv heads and the query group.
@@ -283,7 +301,7 @@ func (m *Model) forward(ctx *context.Context, tokens, positions, bias *Node, pas
 	if past != nil {
 		pastBias = InsertAxes(past.bias, 1, 1)
 	}
-	cos, sin := ropeTables(positions, c.HeadDim(), c.RopeTheta)
+	cos, sin := ropeTables(positions, c.RopeInvFreq())
 
 	x := Gather(m.weight(ctx, g, "model.embed_tokens.weight"), InsertAxes(tokens, -1))
 	var present kvCache
@@ -324,8 +342,14 @@ func (m *Model) attention(ctx *context.Context, h *Node, pre string, cos, sin, b
 		}
 		return y
 	}
-	q := applyRope(Reshape(proj("q_proj"), b, t, c.Heads, hd), cos, sin)
-	k = applyRope(Reshape(proj("k_proj"), b, t, kvh, hd), cos, sin)
+	q := Reshape(proj("q_proj"), b, t, c.Heads, hd)
+	k = Reshape(proj("k_proj"), b, t, kvh, hd)
+	if c.QKNorm { // Qwen3: RMSNorm of every head before RoPE
+		q = rmsNorm(q, m.weight(ctx, g, pre+"self_attn.q_norm.weight"), c.RMSNormEps)
+		k = rmsNorm(k, m.weight(ctx, g, pre+"self_attn.k_norm.weight"), c.RMSNormEps)
+	}
+	q = applyRope(q, cos, sin)
+	k = applyRope(k, cos, sin)
 	v := Reshape(proj("v_proj"), b, t, kvh, hd)
 	k = TransposeAllAxes(k, 0, 2, 1, 3)  // [B,kvh,T,hd]
 	vT = TransposeAllAxes(v, 0, 2, 3, 1) // [B,kvh,hd,T]
@@ -365,8 +389,11 @@ func (m *Model) attention(ctx *context.Context, h *Node, pre string, cos, sin, b
 	}
 	o = Div(Reshape(o, b, kvh, group, t, hd), den) // den [B,kvh,group,T,1]
 	o = TransposeAllAxes(o, 0, 3, 1, 2, 4)         // [B,T,kvh,group,hd]
-	o = Reshape(o, b, t, c.Heads*hd)
-	return Linear(o, m.weight(ctx, g, pre+"self_attn.o_proj.weight")), k, vT
+	out = Linear(Reshape(o, b, t, c.Heads*hd), m.weight(ctx, g, pre+"self_attn.o_proj.weight"))
+	if c.OutputBias {
+		out = Add(out, lastAxis(m.weight(ctx, g, pre+"self_attn.o_proj.bias"), out.Rank()))
+	}
+	return out, k, vT
 }
 
 // rmsNorm is x / sqrt(mean(x²) + eps) · w over the last axis. It uses Div(·, Sqrt(·)) because
@@ -388,13 +415,13 @@ func lastAxis(v *Node, rank int) *Node {
 }
 
 // ropeTables returns cos and sin of the RoPE angles, shaped [B,T,1,1,headDim/2] to broadcast
-// over heads and the rotate-half pair axis.
-func ropeTables(positions *Node, headDim int, theta float64) (cos, sin *Node) {
+// over heads and the rotate-half pair axis, for the frequencies invFreq [headDim/2].
+func ropeTables(positions *Node, invFreq []float64) (cos, sin *Node) {
 	g := positions.Graph()
-	half := headDim / 2
+	half := len(invFreq)
 	inv := make([]float32, half)
-	for i := range inv {
-		inv[i] = float32(1 / math.Pow(theta, float64(2*i)/float64(headDim)))
+	for i, f := range invFreq {
+		inv[i] = float32(f)
 	}
 	pos := ConvertDType(positions, dtypes.Float32)
 	b, t := pos.Shape().Dimensions[0], pos.Shape().Dimensions[1]
@@ -474,6 +501,9 @@ func MaskedMeanPerRow(x, mask *Node) *Node {
 
 // TokenLogProbs is the model's log-probability of targets [B,T] given tokens [B,T]; targets are
 // the next tokens (shifted on the host: targets[b,t] = tokens[b,t+1]).
+// They are computed over chunks of rows (ChunkedLogProbs), so that a real vocabulary's logits
+// and their gradient never exist for the whole batch at once.
 func (m *Model) TokenLogProbs(ctx *context.Context, tokens, targets *Node) *Node {
-	return LogProbs(m.Logits(ctx, m.Forward(ctx, tokens)), targets)
+	h := m.Forward(ctx, tokens)
+	return ChunkedLogProbs(h, m.headWeight(ctx, h.Graph()), targets, LogitChunkRows(m.Config.VocabSize))
 }

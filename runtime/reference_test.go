@@ -56,14 +56,38 @@ func refRMSNorm(x, w []float64, eps float64) []float64 {
 	return y
 }
 
-// rope rotates one head vector at position pos (rotate-half convention).
-func refRope(x []float64, pos int, theta float64) []float64 {
+// refFreq is the rotation frequency of pair i of a head of width d, with rope_scaling applied
+// (linear: positions divided by the factor; llama3: long wavelengths divided by the factor,
+// short ones kept, a linear blend in wavelength⁻¹ between).
+func refFreq(c Config, i, d int) float64 {
+	freq := math.Pow(c.RopeTheta, -float64(2*i)/float64(d))
+	r := c.RopeScaling
+	switch r.Type {
+	case "linear":
+		return freq / r.Factor
+	case "llama3":
+		// Position of the wavelength between the band edges, measured in cycles per original
+		// context: ≤ low_freq_factor cycles is long (scaled), ≥ high_freq_factor is short (kept).
+		cycles := float64(r.OriginalMaxPositions) * freq / (2 * math.Pi)
+		switch {
+		case cycles <= r.LowFreqFactor:
+			return freq / r.Factor
+		case cycles >= r.HighFreqFactor:
+			return freq
+		}
+		w := (cycles - r.LowFreqFactor) / (r.HighFreqFactor - r.LowFreqFactor)
+		return w*freq + (1-w)*freq/r.Factor
+	}
+	return freq
+}
+
+// refRope rotates one head vector at position pos (rotate-half convention).
+func refRope(c Config, x []float64, pos int) []float64 {
 	d := len(x)
 	half := d / 2
 	y := make([]float64, d)
 	for i := range half {
-		freq := math.Pow(theta, -float64(2*i)/float64(d))
-		a := float64(pos) * freq
+		a := float64(pos) * refFreq(c, i, d)
 		c, s := math.Cos(a), math.Sin(a)
 		y[i] = x[i]*c - x[i+half]*s
 		y[i+half] = x[i+half]*c + x[i]*s
@@ -99,7 +123,7 @@ func (r *refModel) values(tokens []int32) []float64 {
 func (r *refModel) hidden(tokens []int32) [][]float64 {
 	c := r.c
 	d, hd := c.Hidden, c.HeadDim()
-	kvd := c.KVHeads * hd
+	kvd, qd := c.KVHeads*hd, c.Heads*hd
 	group := c.Heads / c.KVHeads
 	n := len(tokens)
 	x := make([][]float64, n)
@@ -111,7 +135,7 @@ func (r *refModel) hidden(tokens []int32) [][]float64 {
 		qs, ks, vs := make([][]float64, n), make([][]float64, n), make([][]float64, n)
 		for t := range n {
 			h := refRMSNorm(x[t], r.w[pre+"input_layernorm.weight"], c.RMSNormEps)
-			q := matVec(r.w[pre+"self_attn.q_proj.weight"], d, d, h)
+			q := matVec(r.w[pre+"self_attn.q_proj.weight"], qd, d, h)
 			k := matVec(r.w[pre+"self_attn.k_proj.weight"], kvd, d, h)
 			v := matVec(r.w[pre+"self_attn.v_proj.weight"], kvd, d, h)
 			if c.AttentionBias {
@@ -124,20 +148,35 @@ func (r *refModel) hidden(tokens []int32) [][]float64 {
 				}
 			}
 			for hh := range c.Heads {
-				copy(q[hh*hd:], refRope(q[hh*hd:(hh+1)*hd], t, c.RopeTheta))
+				head := q[hh*hd : (hh+1)*hd]
+				if c.QKNorm {
+					head = refRMSNorm(head, r.w[pre+"self_attn.q_norm.weight"], c.RMSNormEps)
+				}
+				copy(q[hh*hd:], refRope(c, head, t))
 			}
 			for hh := range c.KVHeads {
-				copy(k[hh*hd:], refRope(k[hh*hd:(hh+1)*hd], t, c.RopeTheta))
+				head := k[hh*hd : (hh+1)*hd]
+				if c.QKNorm {
+					head = refRMSNorm(head, r.w[pre+"self_attn.k_norm.weight"], c.RMSNormEps)
+				}
+				copy(k[hh*hd:], refRope(c, head, t))
 			}
 			qs[t], ks[t], vs[t] = q, k, v
 		}
 		for t := range n {
-			o := make([]float64, d)
+			o := make([]float64, qd)
+			first := 0 // oldest key in the sliding window
+			if c.SlidingWindow > 0 {
+				first = max(0, t-c.SlidingWindow+1)
+			}
 			for hh := range c.Heads {
 				kv := hh / group
 				scores := make([]float64, t+1)
 				mx := math.Inf(-1)
-				for s := 0; s <= t; s++ {
+				for s := range scores[:first] {
+					scores[s] = math.Inf(-1)
+				}
+				for s := first; s <= t; s++ {
 					dot := 0.0
 					for i := range hd {
 						dot += qs[t][hh*hd+i] * ks[s][kv*hd+i]
@@ -157,7 +196,12 @@ func (r *refModel) hidden(tokens []int32) [][]float64 {
 					}
 				}
 			}
-			attn := matVec(r.w[pre+"self_attn.o_proj.weight"], d, d, o)
+			attn := matVec(r.w[pre+"self_attn.o_proj.weight"], d, qd, o)
+			if c.OutputBias {
+				for i := range attn {
+					attn[i] += r.w[pre+"self_attn.o_proj.bias"][i]
+				}
+			}
 			for i := range d {
 				x[t][i] += attn[i]
 			}

@@ -155,6 +155,12 @@ func (s *Sampler) Generate(prompts [][]int32, opt SampleOptions) ([]Sample, erro
 	if c.MaxPositions > 0 && maxPrompt+opt.MaxNewTokens > c.MaxPositions {
 		return nil, fmt.Errorf("sample: %d prompt + %d new tokens exceed the model's %d positions", maxPrompt, opt.MaxNewTokens, c.MaxPositions)
 	}
+	if c.SlidingWindow > 0 && maxPrompt+opt.MaxNewTokens > c.SlidingWindow {
+		// Within the window, sliding-window attention is full causal attention, which is what
+		// the decoders compute; a longer generation would need the window in their caches.
+		return nil, fmt.Errorf("sample: %d prompt + %d new tokens exceed the model's sliding attention window of %d (not supported in generation)",
+			maxPrompt, opt.MaxNewTokens, c.SlidingWindow)
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 

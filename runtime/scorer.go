@@ -22,14 +22,16 @@ type Scorer struct {
 // NewScorer prepares forward-only scoring of m on backend.
 func NewScorer(backend backends.Backend, m *Model) (*Scorer, error) {
 	lp, err := context.NewExec(backend, m.Context(), func(ctx *context.Context, tokens, targets *Node) *Node {
-		return LogProbs(m.Logits(ctx, m.Forward(ctx, tokens)), targets)
+		h := m.Forward(ctx, tokens)
+		lp, _ := ChunkedLogProbsAndEntropy(h, m.headWeight(ctx, h.Graph()), targets, LogitChunkRows(m.Config.VocabSize))
+		return lp
 	})
 	if err != nil {
 		return nil, fmt.Errorf("scorer: %w", err)
 	}
 	lpEnt, err := context.NewExec(backend, m.Context(), func(ctx *context.Context, tokens, targets *Node) (*Node, *Node) {
-		logits := m.Logits(ctx, m.Forward(ctx, tokens))
-		return LogProbs(logits, targets), Entropy(logits)
+		h := m.Forward(ctx, tokens)
+		return ChunkedLogProbsAndEntropy(h, m.headWeight(ctx, h.Graph()), targets, LogitChunkRows(m.Config.VocabSize))
 	})
 	if err != nil {
 		return nil, fmt.Errorf("scorer: %w", err)

@@ -33,21 +33,29 @@ func OpenModel(spec string, seed uint64) (*Model, error) {
 	return LoadModel(spec)
 }
 
-// LoadModel reads a Hugging Face model directory: config.json (LlamaForCausalLM or
-// Qwen2ForCausalLM) and model.safetensors or its sharded form. Weights of any float dtype are
-// converted to float32; missing tensors, wrong shapes, non-float dtypes and unexpected tensors
-// are errors.
+// LoadModel reads a Hugging Face model directory: config.json (see ParseHFConfig for the
+// supported architectures) and model.safetensors or its sharded form. Weights of any float
+// dtype are converted to float32, and SaveHF writes each tensor back in its file's dtype;
+// missing tensors, wrong shapes, non-float dtypes and unexpected tensors are errors. The
+// config and then the safetensors headers are checked before any weight is read.
 func LoadModel(dir string) (*Model, error) {
 	cfg, err := ReadHFConfig(dir)
 	if err != nil {
 		return nil, err
 	}
-	ts, err := safetensors.ReadDir(dir)
+	heads, err := readTensorHeaders(dir)
 	if err != nil {
 		return nil, fmt.Errorf("loading model %s: %w", dir, err)
 	}
-	if _, ok := ts["score.weight"]; ok {
+	if _, ok := heads["score.weight"]; ok {
 		cfg.HasValueHead = true
+	}
+	if err := checkTensorHeaders(cfg, heads); err != nil {
+		return nil, fmt.Errorf("loading model %s: %w", dir, err)
+	}
+	ts, err := safetensors.ReadDir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("loading model %s: %w", dir, err)
 	}
 	m := newEmptyModel(context.New(), "", cfg)
 	if err := m.setFromTensors(ts, true); err != nil {
@@ -70,6 +78,13 @@ func (m *Model) LoadWeights(dir string) error {
 	if err := m.Config.sameShapes(cfg); err != nil {
 		return fmt.Errorf("loading weights from %s: %w", dir, err)
 	}
+	heads, err := readTensorHeaders(dir)
+	if err != nil {
+		return fmt.Errorf("loading weights from %s: %w", dir, err)
+	}
+	if err := checkTensorHeaders(m.Config, heads); err != nil {
+		return fmt.Errorf("loading weights from %s: %w", dir, err)
+	}
 	ts, err := safetensors.ReadDir(dir)
 	if err != nil {
 		return fmt.Errorf("loading weights from %s: %w", dir, err)
@@ -83,11 +98,12 @@ func (m *Model) LoadWeights(dir string) error {
 // sameShapes reports a difference between two configs that would change the tensors.
 func (c Config) sameShapes(o Config) error {
 	if c.Architecture != o.Architecture || c.VocabSize != o.VocabSize || c.Hidden != o.Hidden ||
-		c.Layers != o.Layers || c.Heads != o.Heads || c.KVHeads != o.KVHeads ||
-		c.Intermediate != o.Intermediate || c.TieEmbeddings != o.TieEmbeddings || c.AttentionBias != o.AttentionBias {
-		return fmt.Errorf("model config differs: have %s vocab %d hidden %d layers %d heads %d/%d intermediate %d tied %v bias %v, file has %s vocab %d hidden %d layers %d heads %d/%d intermediate %d tied %v bias %v",
-			c.Architecture, c.VocabSize, c.Hidden, c.Layers, c.Heads, c.KVHeads, c.Intermediate, c.TieEmbeddings, c.AttentionBias,
-			o.Architecture, o.VocabSize, o.Hidden, o.Layers, o.Heads, o.KVHeads, o.Intermediate, o.TieEmbeddings, o.AttentionBias)
+		c.Layers != o.Layers || c.Heads != o.Heads || c.KVHeads != o.KVHeads || c.HeadDim() != o.HeadDim() ||
+		c.Intermediate != o.Intermediate || c.TieEmbeddings != o.TieEmbeddings || c.AttentionBias != o.AttentionBias ||
+		c.OutputBias != o.OutputBias || c.QKNorm != o.QKNorm {
+		return fmt.Errorf("model config differs: have %s vocab %d hidden %d layers %d heads %d/%d×%d intermediate %d tied %v bias %v/%v, file has %s vocab %d hidden %d layers %d heads %d/%d×%d intermediate %d tied %v bias %v/%v",
+			c.Architecture, c.VocabSize, c.Hidden, c.Layers, c.Heads, c.KVHeads, c.HeadDim(), c.Intermediate, c.TieEmbeddings, c.AttentionBias, c.OutputBias,
+			o.Architecture, o.VocabSize, o.Hidden, o.Layers, o.Heads, o.KVHeads, o.HeadDim(), o.Intermediate, o.TieEmbeddings, o.AttentionBias, o.OutputBias)
 	}
 	return nil
 }
@@ -115,6 +131,10 @@ func (m *Model) setFromTensors(ts map[string]safetensors.Tensor, strict bool) er
 		if err := m.SetParam(p.Name, data); err != nil {
 			return err
 		}
+		if m.dtypes == nil {
+			m.dtypes = map[string]safetensors.DType{}
+		}
+		m.dtypes[p.Name] = t.DType
 	}
 	if !strict {
 		return nil
@@ -138,7 +158,24 @@ func (m *Model) setFromTensors(ts map[string]safetensors.Tensor, strict bool) er
 	return nil
 }
 
-// Tensors returns the model's weights as float32 safetensors, in canonical order.
+// SaveDType returns the dtype SaveHF writes the named tensor in: that of the file it was
+// loaded from, for a tensor the file did not have that of the embeddings, else F32.
+func (m *Model) SaveDType(name string) safetensors.DType {
+	if dt, ok := m.dtypes[name]; ok {
+		return dt
+	}
+	if dt, ok := m.dtypes["model.embed_tokens.weight"]; ok {
+		return dt
+	}
+	return safetensors.F32
+}
+
+// torchDTypes names the dtypes as config.json's torch_dtype does.
+var torchDTypes = map[safetensors.DType]string{safetensors.F32: "float32", safetensors.BF16: "bfloat16",
+	safetensors.F16: "float16", safetensors.F64: "float64"}
+
+// Tensors returns the model's weights as safetensors in canonical order, each in its
+// SaveDType (narrowed from float32 with round-to-nearest-even).
 func (m *Model) Tensors() ([]safetensors.Tensor, error) {
 	out := make([]safetensors.Tensor, 0, len(m.params))
 	for _, p := range m.params {
@@ -146,14 +183,19 @@ func (m *Model) Tensors() ([]safetensors.Tensor, error) {
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, safetensors.FromFloat32(p.Name, p.Shape, data))
+		t, err := safetensors.FromFloat32As(p.Name, m.SaveDType(p.Name), p.Shape, data)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, t)
 	}
 	return out, nil
 }
 
 // SaveHF writes the model as a Hugging Face directory: config.json and model.safetensors
-// (sharded into files of at most maxShardBytes when positive and needed), float32, tensor
-// names and [out, in] orientation as transformers writes them. Each file is replaced atomically.
+// (sharded into files of at most maxShardBytes when positive and needed), each tensor in the
+// dtype it was loaded in (float32 for a new model), tensor names and [out, in] orientation as
+// transformers writes them. Each file is replaced atomically.
 func (m *Model) SaveHF(dir string, maxShardBytes int64) error {
 	ts, err := m.Tensors()
 	if err != nil {
@@ -166,19 +208,23 @@ func (m *Model) SaveHF(dir string, maxShardBytes int64) error {
 	if err != nil {
 		return fmt.Errorf("saving model: %w", err)
 	}
+	var ours map[string]any
+	if err := json.Unmarshal(js, &ours); err != nil {
+		return fmt.Errorf("saving model: %w", err)
+	}
+	ours["torch_dtype"] = torchDTypes[m.SaveDType("model.embed_tokens.weight")]
 	if m.sourceConfig != nil {
 		// Keep the original's other fields (generation defaults, sliding-window settings,
 		// transformers_version, ...); the fields this package models are written as it has them.
-		var ours map[string]any
-		if err := json.Unmarshal(js, &ours); err != nil {
-			return fmt.Errorf("saving model: %w", err)
+		if _, ok := m.sourceConfig["dtype"]; ok { // transformers v5's name of torch_dtype
+			ours["dtype"] = ours["torch_dtype"]
 		}
 		merged := maps.Clone(m.sourceConfig)
 		maps.Copy(merged, ours)
-		merged["torch_dtype"] = "float32"
-		if js, err = json.MarshalIndent(merged, "", "  "); err != nil {
-			return fmt.Errorf("saving model: %w", err)
-		}
+		ours = merged
+	}
+	if js, err = json.MarshalIndent(ours, "", "  "); err != nil {
+		return fmt.Errorf("saving model: %w", err)
 	}
 	if err := writeFileAtomic(filepath.Join(dir, "config.json"), append(js, '\n')); err != nil {
 		return fmt.Errorf("saving model: %w", err)
@@ -224,6 +270,12 @@ func writeFileAtomic(path string, data []byte) error {
 		return err
 	}
 	tmp := f.Name()
+	// CreateTemp makes the file 0600; a written model file is readable like any other.
+	if err := f.Chmod(0o644); err != nil {
+		f.Close()
+		os.Remove(tmp)
+		return err
+	}
 	if _, err := f.Write(data); err != nil {
 		f.Close()
 		os.Remove(tmp)

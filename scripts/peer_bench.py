@@ -1,9 +1,12 @@
 #!/usr/bin/env python3
 """The PyTorch CPU peer of `stx bench`: the same "bench" model (Llama-style, vocab 2048, hidden 256,
-4 layers, 4 heads, SwiGLU 704, untied head) and the same three workloads, printed as the same JSON
+4 layers, 4 heads, SwiGLU 704, untied head) and the same workloads, printed as the same JSON
 lines, so that stx's figures can be reported as ratios measured on one machine in one run
 (scripts/bench-vs-peer.sh). Needs PyTorch (Debian: apt-get install python3-torch; run with
 /usr/bin/python3). Threads: --threads (PyTorch's intra-op threads, default 2).
+--config takes a Llama/Qwen2-style config.json instead (GQA, q/k/v biases, tied head,
+head_dim, rope_theta; e.g. the one `stx init-model --shape qwen2.5-0.5b` writes), with
+--batch/--seq-len/--prompt-len/--new-tokens as `stx bench` has them.
 
 It is not part of stx or its tests: it only exists to measure the peer.
 """
@@ -11,6 +14,7 @@ import argparse
 import json
 import math
 import os
+import resource
 import statistics
 import time
 
@@ -24,11 +28,25 @@ import torch.nn.functional as F
 
 V, D, L, H, FF = 2048, 256, 4, 4, 704
 HD = D // H
+KVH, THETA, BIAS, TIED = H, 10000.0, False, False
+
+
+def use_config(path):
+    """Sets the model's sizes from a Hugging Face config.json."""
+    global V, D, L, H, FF, HD, KVH, THETA, BIAS, TIED
+    with open(path) as f:
+        c = json.load(f)
+    V, D, L, H, FF = c["vocab_size"], c["hidden_size"], c["num_hidden_layers"], c["num_attention_heads"], c["intermediate_size"]
+    HD = c.get("head_dim") or D // H
+    KVH = c.get("num_key_value_heads", H)
+    THETA = c.get("rope_theta", 10000.0)
+    BIAS = c.get("model_type") == "qwen2" or c.get("attention_bias", False)
+    TIED = c.get("tie_word_embeddings", False)
 
 
 def rope(x, pos):  # x [B, H, T, HD]; pos [T] or [B, T]
     half = HD // 2
-    inv = 1.0 / (10000 ** (torch.arange(half, dtype=torch.float32) * 2 / HD))
+    inv = 1.0 / (THETA ** (torch.arange(half, dtype=torch.float32) * 2 / HD))
     ang = pos.to(torch.float32)[..., None] * inv  # [..., T, half]
     if ang.dim() == 2:
         ang = ang[None, None]
@@ -50,14 +68,16 @@ class Model(torch.nn.Module):
         self.layers = torch.nn.ModuleList()
         for _ in range(L):
             m = torch.nn.Module()
-            for name, shape in [("q", (D, D)), ("k", (D, D)), ("v", (D, D)), ("o", (D, D)),
+            for name, shape in [("q", (H * HD, D)), ("k", (KVH * HD, D)), ("v", (KVH * HD, D)), ("o", (D, H * HD)),
                                 ("gate", (FF, D)), ("up", (FF, D)), ("down", (D, FF))]:
                 setattr(m, name, torch.nn.Parameter(torch.randn(*shape) * 0.02))
+            for name, n in [("qb", H * HD), ("kb", KVH * HD), ("vb", KVH * HD)]:
+                setattr(m, name, torch.nn.Parameter(torch.zeros(n)) if BIAS else None)
             m.n1 = torch.nn.Parameter(torch.ones(D))
             m.n2 = torch.nn.Parameter(torch.ones(D))
             self.layers.append(m)
         self.norm = torch.nn.Parameter(torch.ones(D))
-        self.head = torch.nn.Parameter(torch.randn(V, D) * 0.02)
+        self.head = self.emb if TIED else torch.nn.Parameter(torch.randn(V, D) * 0.02)
 
     def forward(self, tokens, cache=None, start=0):
         B, T = tokens.shape
@@ -65,15 +85,17 @@ class Model(torch.nn.Module):
         pos = torch.arange(start, start + T)
         for i, m in enumerate(self.layers):
             h = rms(x, m.n1)
-            q = (h @ m.q.T).view(B, T, H, HD).transpose(1, 2)
-            k = (h @ m.k.T).view(B, T, H, HD).transpose(1, 2)
-            v = (h @ m.v.T).view(B, T, H, HD).transpose(1, 2)
+            q = F.linear(h, m.q, m.qb).view(B, T, H, HD).transpose(1, 2)
+            k = F.linear(h, m.k, m.kb).view(B, T, KVH, HD).transpose(1, 2)
+            v = F.linear(h, m.v, m.vb).view(B, T, KVH, HD).transpose(1, 2)
             q, k = rope(q, pos), rope(k, pos)
             if cache is not None:
                 if i in cache:
                     k = torch.cat([cache[i][0], k], dim=2)
                     v = torch.cat([cache[i][1], v], dim=2)
                 cache[i] = (k, v)
+            if KVH != H:
+                k, v = k.repeat_interleave(H // KVH, 1), v.repeat_interleave(H // KVH, 1)
             a = F.scaled_dot_product_attention(q, k, v, is_causal=(cache is None or T > 1)) \
                 if hasattr(F, "scaled_dot_product_attention") else None
             if a is None:
@@ -81,7 +103,7 @@ class Model(torch.nn.Module):
                 if cache is None or T > 1:
                     s = s.masked_fill(torch.ones(T, k.shape[2], dtype=torch.bool).triu(k.shape[2] - T + 1), -1e30)
                 a = s.softmax(-1) @ v
-            x = x + a.transpose(1, 2).reshape(B, T, D) @ m.o.T
+            x = x + a.transpose(1, 2).reshape(B, T, H * HD) @ m.o.T
             h = rms(x, m.n2)
             x = x + (F.silu(h @ m.gate.T) * (h @ m.up.T)) @ m.down.T
         return rms(x, self.norm) @ self.head.T
@@ -105,10 +127,17 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--config", help="a Llama/Qwen2-style config.json instead of the bench model")
+    ap.add_argument("--batch", type=int, default=8)
+    ap.add_argument("--seq-len", type=int, default=256)
+    ap.add_argument("--prompt-len", type=int, default=32)
+    ap.add_argument("--new-tokens", type=int, default=128)
     args = ap.parse_args()
+    if args.config:
+        use_config(args.config)
     torch.set_num_threads(args.threads)
     torch.manual_seed(1)
-    B, T, P, N = 8, 256, 32, 128
+    B, T, P, N = args.batch, args.seq_len, args.prompt_len, args.new_tokens
     model, ref = Model(), Model()
     ref.load_state_dict(model.state_dict())
     tokens = torch.randint(0, V, (B, T))
@@ -118,7 +147,9 @@ def main():
     out = []
 
     def emit(name, tok, sec):
-        out.append({"name": name, "tokens_per_s": tok / sec, "median_s": sec, "runs": args.runs})
+        # ru_maxrss is the process's peak resident set in KiB (Linux).
+        out.append({"name": name, "tokens_per_s": tok / sec, "median_s": sec, "runs": args.runs,
+                    "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024})
 
     with torch.no_grad():
         emit("forward_logprobs", B * T, timed(args.runs, lambda: token_logprobs(model, tokens, targets)))
@@ -141,6 +172,14 @@ def main():
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
     emit("grpo_train_step", B * T, timed(args.runs, step))
+
+    def sft():
+        loss = -(token_logprobs(model, tokens, targets) * mask).sum() / mask.sum()
+        opt.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+    emit("sft_train_step", B * T, timed(args.runs, sft))
 
     prompts = torch.randint(0, V, (B, P))
 

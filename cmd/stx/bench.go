@@ -25,11 +25,13 @@ func benchCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "bench",
 		Usage: "measure forward log-probs, a GRPO-style train step and KV-cache sampling",
-		Description: `bench times three workloads on a model (default: the built-in "bench" config,
+		Description: `bench times four workloads on a model (default: the built-in "bench" config,
 vocab 2048, hidden 256, 4 layers): forward log-probs of 8 x 256 tokens; one GRPO-style
 train step on them (frozen reference forward, policy forward/backward, clipping, AdamW);
-and sampling 128 new tokens for 8 prompts of 32 tokens with the KV cache. Each is run once
-to compile, then --runs times; the median is reported as tokens/s and achieved GFLOP/s. For
+one SFT step (NLL forward/backward, AdamW); and sampling 128 new tokens for 8 prompts of
+32 tokens with the KV cache (sizes set by --batch, --seq-len, --prompt-len, --new-tokens).
+Each is run once to compile, then --runs times; the median is reported as tokens/s and
+achieved GFLOP/s, with the process's peak resident memory so far. For
 the "bench" model, VS PEER is the ratio to PyTorch's CPU figures on stx's 2-core development
 machine (forward 11,000, train step 3,000, sampling 2,000 tokens/s).
 
@@ -40,6 +42,10 @@ Example:
 			backendFlag(),
 			&cli.BoolFlag{Name: "json", Usage: "print one JSON object per measurement"},
 			&cli.IntFlag{Name: "runs", Value: 3, Usage: "timed runs per measurement (`N`)"},
+			&cli.IntFlag{Name: "batch", Value: 8, Usage: "sequences per batch (`N`)"},
+			&cli.IntFlag{Name: "seq-len", Value: 256, Usage: "tokens per sequence of the forward and train steps (`N`)"},
+			&cli.IntFlag{Name: "prompt-len", Value: 32, Usage: "prompt tokens of the sampling run (`N`)"},
+			&cli.IntFlag{Name: "new-tokens", Value: 128, Usage: "tokens generated per prompt (`N`)"},
 			&cli.Uint64Flag{Name: "seed", Value: 1, Usage: "seed of the weights and data"},
 			&cli.StringFlag{Name: "cpuprofile", Usage: "write a Go CPU profile of the timed runs to `FILE` (read it with go tool pprof)"},
 		},
@@ -47,8 +53,13 @@ Example:
 			if c.NArg() > 0 {
 				return usagef("bench takes no arguments, got %q", c.Args().Slice())
 			}
-			if c.Int("runs") < 1 {
-				return usagef("--runs must be at least 1")
+			for _, f := range []string{"runs", "batch", "seq-len", "prompt-len", "new-tokens"} {
+				if c.Int(f) < 1 {
+					return usagef("--%s must be at least 1", f)
+				}
+			}
+			if c.Int("prompt-len") > c.Int("seq-len") {
+				return usagef("--prompt-len %d exceeds --seq-len %d", c.Int("prompt-len"), c.Int("seq-len"))
 			}
 			be, err := runtime.NewBackend(c.String("backend"))
 			if err != nil {
@@ -70,11 +81,13 @@ Example:
 				}
 				defer pprof.StopCPUProfile()
 			}
-			ms, err := runtime.Bench(be, m, runtime.BenchOptions{Runs: c.Int("runs"), Seed: c.Uint64("seed")})
+			opt := runtime.BenchOptions{Runs: c.Int("runs"), Batch: c.Int("batch"), SeqLen: c.Int("seq-len"),
+				PromptLen: c.Int("prompt-len"), NewTokens: c.Int("new-tokens"), Seed: c.Uint64("seed")}
+			ms, err := runtime.Bench(be, m, opt)
 			if err != nil {
 				return err
 			}
-			if c.String("model") == "bench" {
+			if c.String("model") == "bench" && opt == (runtime.BenchOptions{Runs: opt.Runs, Batch: 8, SeqLen: 256, PromptLen: 32, NewTokens: 128, Seed: opt.Seed}) {
 				runtime.SetPeerRatios(ms)
 			}
 			if c.Bool("json") {
@@ -87,13 +100,13 @@ Example:
 				return nil
 			}
 			tw := tabwriter.NewWriter(c.App.Writer, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "MEASUREMENT\tTOKENS/S\tGFLOP/S\tMEDIAN S\tRUNS\tVS PEER")
+			fmt.Fprintln(tw, "MEASUREMENT\tTOKENS/S\tGFLOP/S\tMEDIAN S\tRUNS\tPEAK RSS MiB\tVS PEER")
 			for _, x := range ms {
 				vs := "-"
 				if x.VsPeer > 0 {
 					vs = fmt.Sprintf("%.2f×", x.VsPeer)
 				}
-				fmt.Fprintf(tw, "%s\t%.1f\t%.2f\t%.3f\t%d\t%s\n", x.Name, x.TokensPerS, x.GFLOPs, x.MedianS, x.Runs, vs)
+				fmt.Fprintf(tw, "%s\t%.1f\t%.2f\t%.3f\t%d\t%.0f\t%s\n", x.Name, x.TokensPerS, x.GFLOPs, x.MedianS, x.Runs, x.PeakRSSMiB, vs)
 			}
 			return tw.Flush()
 		},

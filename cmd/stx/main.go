@@ -11,6 +11,8 @@ import (
 	"runtime/debug"
 
 	"github.com/urfave/cli/v2"
+
+	stxruntime "stx.dev/stx/runtime"
 )
 
 // version is set at link time (-ldflags "-X main.version=..."); otherwise
@@ -18,6 +20,12 @@ import (
 var version = ""
 
 func main() {
+	// Freed activations are garbage until the collector runs, and by default the heap grows to
+	// twice the live data first: a train step of a 0.5B model then held twice its working set.
+	// A soft limit at this machine's memory makes the collector work harder only near it.
+	if os.Getenv("GOMEMLIMIT") == "" {
+		debug.SetMemoryLimit(int64(stxruntime.MemoryLimit() / 10 * 9))
+	}
 	os.Exit(run(os.Args, os.Stdout, os.Stderr))
 }
 
@@ -60,6 +68,7 @@ Recipes are CUE data: stx checks them before any tensor is allocated.
 			schemaCommand(),
 			scoreCommand(),
 			benchCommand(),
+			initModelCommand(),
 			plotCommand(),
 			runCommand(),
 			envCommand(),
