@@ -52,9 +52,10 @@ func roleSeed(k schema.Knobs, i int) uint64 { return uint64(k.Seed) + 1 + uint64
 func sourceSeed(k schema.Knobs) uint64 { return uint64(k.Seed) + 1 }
 
 // openModel opens a role's weights: model.source (a built-in config, seeded
-// per role, or a Hugging Face directory), or, with model.init_from, the same
-// initial weights as the named role. init.value_head adds a scalar head.
-func openModel(rec *schema.Recipe, i int) (*runtime.Model, string, error) {
+// per role, a built-in starting model, whose directory starts gives, or a
+// Hugging Face directory), or, with model.init_from, the same initial weights
+// as the named role. init.value_head adds a scalar head.
+func openModel(rec *schema.Recipe, i int, starts map[string]string) (*runtime.Model, string, error) {
 	r := rec.Roles[i]
 	src := r.Model.Source
 	if from := r.Model.InitFrom; from != "" {
@@ -66,6 +67,9 @@ func openModel(rec *schema.Recipe, i int) (*runtime.Model, string, error) {
 	}
 	if src == "" {
 		src = "tiny"
+	}
+	if d, ok := starts[src]; ok {
+		src = d
 	}
 	m, err := runtime.OpenModel(src, sourceSeed(rec.Knobs))
 	if err != nil {
@@ -86,7 +90,7 @@ func openModel(rec *schema.Recipe, i int) (*runtime.Model, string, error) {
 
 // buildRoles creates the runtime side of every node. total is the number of
 // optimizer steps the schedule spans.
-func buildRoles(b *runtime.Backend, g *Graph, total int) ([]*role, error) {
+func buildRoles(b *runtime.Backend, g *Graph, total int, starts map[string]string) ([]*role, error) {
 	rec := g.Recipe
 	var roles []*role
 	for i, n := range g.Nodes {
@@ -106,7 +110,7 @@ func buildRoles(b *runtime.Backend, g *Graph, total int) ([]*role, error) {
 		if !ok {
 			return nil, fmt.Errorf("role %q: specialization %q is not a language-model specialization; neither a language-model nor a velocity-model specialization", n.Role.Name, n.Role.Specialization)
 		}
-		m, dir, err := openModel(rec, i)
+		m, dir, err := openModel(rec, i, starts)
 		if err != nil {
 			return nil, err
 		}

@@ -175,7 +175,14 @@ func newLoop(rec *schema.Recipe, opts RunOptions) (*loop, error) {
 	}
 	l.kind = kind
 	l.total = l.scheduleSteps(k)
-	if l.roles, err = buildRoles(l.backend, g, max(l.total, 1)); err != nil {
+	// Built-in starting models (tiny-sft, tiny-teacher) are trained on first use and cached.
+	say := func(format string, args ...any) { l.con.printf(format, args...) }
+	var starts map[string]string
+	starts, err = starterDirs(context.Background(), rec, l.backend, say)
+	if err != nil {
+		return nil, err
+	}
+	if l.roles, err = buildRoles(l.backend, g, max(l.total, 1), starts); err != nil {
 		return nil, err
 	}
 	l.byName = map[string]*role{}
