@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -56,6 +57,31 @@ type Result struct {
 	// Phases is the total wall time of each phase (generate, sync, train, update_weights,
 	// eval, checkpoint) in this process.
 	Phases map[string]time.Duration
+	// Objective is the recipe family's own objective over the whole run (resumed parts
+	// included); nil when its metric was never recorded.
+	Objective *ObjectiveResult
+}
+
+// ObjectiveResult is an objective's first and last values in a run.
+type ObjectiveResult struct {
+	Objective
+	First, Last float64
+	// Span says how First and Last were taken ("means of the first and last 10 steps").
+	Span string
+}
+
+// objectiveResult measures the recipe's objective over the run's metrics.jsonl.
+func (l *loop) objectiveResult() *ObjectiveResult {
+	recs, err := rundir.ReadMetrics(filepath.Join(l.dir.Path(), rundir.MetricsFile))
+	if err != nil {
+		return nil
+	}
+	o := ObjectiveFor(l.rec)
+	first, last, ok := o.Measure(recs)
+	if !ok {
+		return nil
+	}
+	return &ObjectiveResult{Objective: o, First: first, Last: last, Span: o.Span(recs)}
 }
 
 // engineFile is the loop's own state in every checkpoint.
@@ -244,6 +270,11 @@ func newLoop(rec *schema.Recipe, opts RunOptions) (*loop, error) {
 		l.unit = l.gen.candidates
 	}
 	l.eval = newEvaluator(l.gen, task)
+	if t := rollout.node.Role.InitString("teacher"); t != "" && l.byName[t] != nil && l.byName[t].model != nil {
+		if l.eval.kl, err = newKLProbe(l.backend, rollout.model, l.byName[t].model); err != nil {
+			return nil, err
+		}
+	}
 	l.rng = rand.NewPCG(uint64(k.Seed), 0x5a3b1e)
 	l.gen.retried = l.logRetry
 	if opts.hooks != nil {
@@ -468,6 +499,7 @@ func (l *loop) run(ctx context.Context, disk *schema.Recipe) (res *Result, err e
 		}
 	}
 	l.res.Steps = l.state.Step
+	l.res.Objective = l.objectiveResult()
 	return &l.res, nil
 }
 
