@@ -42,6 +42,11 @@ func ObjectiveFor(rec *schema.Recipe) Objective {
 			continue
 		}
 		p := n.Role.Name + "/"
+		if n.Contract.Name == "aggrevate" {
+			// AggreVaTe imitates the teacher's cost-to-go (the task reward of its
+			// completions), not its distribution.
+			return Objective{Name: "val accuracy", Key: "val/accuracy"}
+		}
 		if n.Role.InitString("teacher") != "" {
 			return Objective{Name: "teacher KL", Key: "val/teacher_kl", Lower: true}
 		}
