@@ -202,7 +202,10 @@ func newLoop(rec *schema.Recipe, opts RunOptions) (*loop, error) {
 	l.kind = kind
 	l.total = l.scheduleSteps(k)
 	// Built-in starting models (tiny-sft, tiny-teacher) are trained on first use and cached.
-	say := func(format string, args ...any) { l.con.printf(format, args...) }
+	say := func(format string, args ...any) {
+		l.con.printf(format, args...)
+		l.con.event("starting_model", map[string]any{"message": strings.TrimSpace(fmt.Sprintf(format, args...))})
+	}
 	var starts map[string]string
 	starts, err = starterDirs(context.Background(), rec, l.backend, say)
 	if err != nil {

@@ -173,21 +173,11 @@ func starterDirs(ctx context.Context, rec *schema.Recipe, backend *runtime.Backe
 // result.
 func starterDir(ctx context.Context, name string, rec *schema.Recipe, backend *runtime.Backend) (dir string, built time.Duration, err error) {
 	s := starters[name]
-	key, err := s.key(name, rec, backend.Name())
+	dir, js, err := starterPath(name, rec, backend.Name())
 	if err != nil {
 		return "", 0, err
 	}
-	js, err := json.Marshal(key)
-	if err != nil {
-		return "", 0, err
-	}
-	sum := sha256.Sum256(js)
-	root, err := CacheDir()
-	if err != nil {
-		return "", 0, err
-	}
-	models := filepath.Join(root, "models")
-	dir = filepath.Join(models, name+"-"+hex.EncodeToString(sum[:8]))
+	models := filepath.Dir(dir)
 	if _, err := os.Stat(filepath.Join(dir, "config.json")); err == nil {
 		return dir, 0, nil
 	}
@@ -215,6 +205,29 @@ func starterDir(ctx context.Context, name string, rec *schema.Recipe, backend *r
 		return "", 0, fmt.Errorf("cache: %w", err)
 	}
 	return dir, time.Since(t0), nil
+}
+
+// starterPath is the cache directory of starting model name for rec on backend, and the
+// key it is named after (JSON).
+func starterPath(name string, rec *schema.Recipe, backend string) (string, []byte, error) {
+	s, ok := starters[name]
+	if !ok {
+		return "", nil, fmt.Errorf("no built-in starting model %q (known: %v)", name, StarterNames())
+	}
+	key, err := s.key(name, rec, backend)
+	if err != nil {
+		return "", nil, err
+	}
+	js, err := json.Marshal(key)
+	if err != nil {
+		return "", nil, err
+	}
+	sum := sha256.Sum256(js)
+	root, err := CacheDir()
+	if err != nil {
+		return "", nil, err
+	}
+	return filepath.Join(root, "models", name+"-"+hex.EncodeToString(sum[:8])), js, nil
 }
 
 // buildStarter trains starting model s on rec's task with stx's own SFT recipe and leaves
