@@ -19,7 +19,7 @@ func TestOnPolicyRatioIsOneAtAnyTemperature(t *testing.T) {
 				cat := runCatalog(t, tc.recipe, "knobs.num_rollout=1", "knobs.rollout_batch_size=4",
 					"knobs.n_samples_per_prompt=4", "knobs.micro_batch_size=16", "knobs.max_new_tokens=6",
 					"knobs.temperature="+temp, "knobs.eval_before_train=false", "knobs.eval_every=0",
-					"knobs.save_every=0", "task.validation_size=1")
+					"knobs.save_every=0")
 				res, err := Run(context.Background(), cat, tc.recipe, RunOptions{RunsDir: t.TempDir()})
 				if err != nil {
 					t.Fatal(err)
