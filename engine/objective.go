@@ -22,6 +22,10 @@ type Objective struct {
 	Window int
 	// Lower is true when a lower value is better (losses, KL).
 	Lower bool
+	// WithAccuracy: validation accuracy on the task means something for the family too
+	// (SFT and the students of a teacher learn the task itself), so reports show it beside
+	// the objective.
+	WithAccuracy bool
 }
 
 // objectiveWindow is the number of steps a training-metric objective is averaged over.
@@ -48,14 +52,16 @@ func ObjectiveFor(rec *schema.Recipe) Objective {
 			return Objective{Name: "val accuracy", Key: "val/accuracy"}
 		}
 		if n.Role.InitString("teacher") != "" {
-			return Objective{Name: "teacher KL", Key: "val/teacher_kl", Lower: true}
+			return Objective{Name: "teacher KL", Key: "val/teacher_kl", Lower: true, WithAccuracy: true}
 		}
 		switch n.Contract.Data {
 		case specializations.DataPreference:
 			return Objective{Name: "preference accuracy", Key: p + "accuracy", Window: objectiveWindow}
 		case specializations.DataKTO:
 			return Objective{Name: "label accuracy", Key: p + "accuracy", Window: objectiveWindow}
-		case specializations.DataSFT, specializations.DataFlow:
+		case specializations.DataSFT:
+			return Objective{Name: "loss", Key: p + "loss", Window: objectiveWindow, Lower: true, WithAccuracy: true}
+		case specializations.DataFlow:
 			return Objective{Name: "loss", Key: p + "loss", Window: objectiveWindow, Lower: true}
 		case specializations.DataFlowRL:
 			return Objective{Name: "val reward", Key: "val/reward_mean"}

@@ -150,6 +150,9 @@ func printResult(c *cli.Context, name string, res *engine.Result) error {
 	o := res.Objective
 	if o != nil && o.Key != "val/accuracy" {
 		acc = fmt.Sprintf(", %s (%s, %s)", o.Format(o.First, o.Last), o.Key, o.Span)
+		if o.WithAccuracy && res.FirstVal != nil {
+			acc += fmt.Sprintf(", val accuracy %.3f → %.3f", res.FirstVal["val/accuracy"], res.LastVal["val/accuracy"])
+		}
 	} else if res.FirstVal != nil {
 		acc = fmt.Sprintf(", val accuracy %.3f → %.3f (reward %.3f → %.3f)", res.FirstVal["val/accuracy"], res.LastVal["val/accuracy"],
 			res.FirstVal["val/reward_mean"], res.LastVal["val/reward_mean"])
