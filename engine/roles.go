@@ -73,7 +73,8 @@ func openModel(rec *schema.Recipe, i int, starts map[string]string) (*runtime.Mo
 	}
 	m, err := runtime.OpenModel(src, sourceSeed(rec.Knobs))
 	if err != nil {
-		return nil, "", fmt.Errorf("role %q: model %q: %w", r.Name, src, err)
+		return nil, "", fmt.Errorf("role %q: model %q: %w (built-in starting models: %s)", r.Name, src, err,
+			strings.Join(StarterNames(), ", "))
 	}
 	dir := ""
 	if !builtinModel(src) {
