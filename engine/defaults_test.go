@@ -32,9 +32,9 @@ func onSimpleGo() bool {
 // reward −1.12 → −0.36.
 //
 // The starting models (tiny-sft, tiny-teacher) are built once per test binary into the
-// package's cache (TestMain). On SimpleGo only the quick families run again: the teacher
-// alone takes about a minute to build there, and the others repeat what the cpu backend
-// checked.
+// package's cache (TestMain). On SimpleGo only sft and grpo run again (about 45 s there):
+// the teacher alone takes about a minute to build on SimpleGo, flow_grpo's 2000 steps 40 s,
+// and the other families repeat what the cpu backend checked.
 func TestEveryFamilyLearnsOnItsDefaults(t *testing.T) {
 	type check struct {
 		recipe string
@@ -60,7 +60,7 @@ func TestEveryFamilyLearnsOnItsDefaults(t *testing.T) {
 		{"reward_model", atLeast(0.8), "pairwise accuracy ≥ 0.8 over the last 10 steps", true},
 		{"opd", falls(0.3), "the teacher KL falls by 30 %", true},
 		{"flow_matching", falls(0.2), "the loss falls by 20 %", true},
-		{"flow_grpo", rises(0.3), "validation reward rises by 0.3", false},
+		{"flow_grpo", rises(0.3), "validation reward rises by 0.3", true},
 	}
 	if testing.Short() {
 		t.Skip("each family's default run takes seconds (a minute in all)")
