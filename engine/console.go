@@ -84,6 +84,9 @@ func (c *console) progress(id, total int, m map[string]float64, elapsed, eta tim
 	if v, ok := m["val/accuracy"]; ok {
 		fmt.Fprintf(&b, "  val_acc %.3f", v)
 	}
+	if v, ok := m["val/teacher_kl"]; ok {
+		fmt.Fprintf(&b, "  val_teacher_kl %.3f", v)
+	}
 	if v, ok := m["perf/tokens_per_s"]; ok && v > 0 {
 		fmt.Fprintf(&b, "  %.0f tok/s", v)
 	}

@@ -17,6 +17,8 @@ type evaluator struct {
 	gen  *rolloutGen
 	val  []tasks.Example
 	task tasks.Task // set for the flow recipes, whose samples are points
+	// kl measures val/teacher_kl on the samples when the rollout role has a teacher.
+	kl *klProbe
 }
 
 func newEvaluator(gen *rolloutGen, task tasks.Task) (*evaluator, error) {
@@ -103,5 +105,14 @@ func (e *evaluator) run(seed uint64) (map[string]float64, error) {
 	}
 	m["val/accuracy"] = correct / float64(len(vs))
 	m["val/reward_mean"] = sum / float64(len(vs))
+	if e.kl != nil {
+		comps := make([][]int32, len(samples))
+		for i, s := range samples {
+			comps[i] = s.Tokens
+		}
+		if m["val/teacher_kl"], err = e.kl.measure(prompts, comps); err != nil {
+			return nil, fmt.Errorf("evaluation: %w", err)
+		}
+	}
 	return m, nil
 }

@@ -61,8 +61,9 @@ func roleSeed(k schema.Knobs, i int) uint64 { return uint64(k.Seed) + 1 + uint64
 func sourceSeed(k schema.Knobs) uint64 { return uint64(k.Seed) + 1 }
 
 // roleSource is where a role's initial weights come from: model.source, or
-// that of the role model.init_from names.
-func roleSource(rec *schema.Recipe, i int) (string, error) {
+// that of the role model.init_from names; a built-in starting model
+// (tiny-sft, tiny-teacher) is the cached directory starts gives for it.
+func roleSource(rec *schema.Recipe, i int, starts map[string]string) (string, error) {
 	r := rec.Roles[i]
 	src := r.Model.Source
 	if from := r.Model.InitFrom; from != "" {
@@ -75,17 +76,20 @@ func roleSource(rec *schema.Recipe, i int) (string, error) {
 	if src == "" {
 		src = "tiny"
 	}
+	if d, ok := starts[src]; ok {
+		src = d
+	}
 	return src, nil
 }
 
 // openModel opens a role's weights: model.source (a built-in config, seeded
-// per role, or a Hugging Face directory), or, with model.init_from, the same
-// initial weights as the named role; resumed, when saved is set, the
-// checkpoint directory saved holds them instead. init.value_head adds a
-// scalar head.
-func openModel(rec *schema.Recipe, i int, saved string) (*runtime.Model, string, error) {
+// per role, a built-in starting model, or a Hugging Face directory), or,
+// with model.init_from, the same initial weights as the named role;
+// resumed, when saved is set, the checkpoint directory saved holds them
+// instead. init.value_head adds a scalar head.
+func openModel(rec *schema.Recipe, i int, saved string, starts map[string]string) (*runtime.Model, string, error) {
 	r := rec.Roles[i]
-	src, err := roleSource(rec, i)
+	src, err := roleSource(rec, i, starts)
 	if err != nil {
 		return nil, "", err
 	}
@@ -94,7 +98,8 @@ func openModel(rec *schema.Recipe, i int, saved string) (*runtime.Model, string,
 	}
 	m, err := runtime.OpenModel(src, sourceSeed(rec.Knobs))
 	if err != nil {
-		return nil, "", fmt.Errorf("role %q: model %q: %w", r.Name, src, err)
+		return nil, "", fmt.Errorf("role %q: model %q: %w (built-in starting models: %s)", r.Name, src, err,
+			strings.Join(StarterNames(), ", "))
 	}
 	dir := ""
 	if !builtinModel(src) {
@@ -110,14 +115,15 @@ func openModel(rec *schema.Recipe, i int, saved string) (*runtime.Model, string,
 }
 
 // buildRoles creates the runtime side of every node. total is the number of
-// optimizer steps the schedule spans. Resuming, cp is the checkpoint: a
-// trainable role whose weights come from a model directory is opened from
+// optimizer steps the schedule spans; starts maps built-in starting models
+// to their cached directories. Resuming, from says where the checkpoint is:
+// a trainable role whose weights come from a model directory is opened from
 // its saved copy there, so the run resumes even when that directory has
 // gone (the trainer then restores the optimizer state from the same place).
 // Frozen roles and roles that keep a frozen reference of their initial
 // weights (with_ref) open the initial weights the run kept (keepInitial),
 // or else their source.
-func buildRoles(b *runtime.Backend, g *Graph, total int, from *resumeFrom) ([]*role, error) {
+func buildRoles(b *runtime.Backend, g *Graph, total int, from *resumeFrom, starts map[string]string) ([]*role, error) {
 	rec := g.Recipe
 	var roles []*role
 	for i, n := range g.Nodes {
@@ -138,8 +144,8 @@ func buildRoles(b *runtime.Backend, g *Graph, total int, from *resumeFrom) ([]*r
 			return nil, fmt.Errorf("role %q: specialization %q is not a language-model specialization; neither a language-model nor a velocity-model specialization", n.Role.Name, n.Role.Specialization)
 		}
 		withRef := n.Role.Trainable && slices.Contains(n.Requires, specializations.KeyRefLogProbs) && n.Role.InitBool("with_ref")
-		saved := from.weights(rec, i, n.Role.Trainable && !withRef)
-		m, dir, err := openModel(rec, i, saved)
+		saved := from.weights(rec, i, n.Role.Trainable && !withRef, starts)
+		m, dir, err := openModel(rec, i, saved, starts)
 		if err != nil {
 			return nil, err
 		}
@@ -189,8 +195,8 @@ type resumeFrom struct {
 // weights is the directory to open role i of rec from when resuming ("":
 // its source). trained says whether the checkpoint holds the role's
 // weights to continue from. Built-in sources are rebuilt from the seed.
-func (f *resumeFrom) weights(rec *schema.Recipe, i int, trained bool) string {
-	src, err := roleSource(rec, i)
+func (f *resumeFrom) weights(rec *schema.Recipe, i int, trained bool, starts map[string]string) string {
+	src, err := roleSource(rec, i, starts)
 	if f == nil || err != nil || builtinModel(src) {
 		return ""
 	}

@@ -57,6 +57,31 @@ type Result struct {
 	// Phases is the total wall time of each phase (generate, sync, train, update_weights,
 	// eval, checkpoint) in this process.
 	Phases map[string]time.Duration
+	// Objective is the recipe family's own objective over the whole run (resumed parts
+	// included); nil when its metric was never recorded.
+	Objective *ObjectiveResult
+}
+
+// ObjectiveResult is an objective's first and last values in a run.
+type ObjectiveResult struct {
+	Objective
+	First, Last float64
+	// Span says how First and Last were taken ("means of the first and last 10 steps").
+	Span string
+}
+
+// objectiveResult measures the recipe's objective over the run's metrics.jsonl.
+func (l *loop) objectiveResult() *ObjectiveResult {
+	recs, err := rundir.ReadMetrics(filepath.Join(l.dir.Path(), rundir.MetricsFile))
+	if err != nil {
+		return nil
+	}
+	o := ObjectiveFor(l.rec)
+	first, last, ok := o.Measure(recs)
+	if !ok {
+		return nil
+	}
+	return &ObjectiveResult{Objective: o, First: first, Last: last, Span: o.Span(recs)}
 }
 
 // engineFile is the loop's own state in every checkpoint.
@@ -190,7 +215,17 @@ func newLoop(rec *schema.Recipe, opts RunOptions, from *resumeFrom) (*loop, erro
 	}
 	l.nTrain = len(task.Train())
 	l.total = l.scheduleSteps(k)
-	if l.roles, err = buildRoles(l.backend, g, max(l.total, 1), from); err != nil {
+	// Built-in starting models (tiny-sft, tiny-teacher) are trained on first use and cached.
+	say := func(format string, args ...any) {
+		l.con.printf(format, args...)
+		l.con.event("starting_model", map[string]any{"message": strings.TrimSpace(fmt.Sprintf(format, args...))})
+	}
+	var starts map[string]string
+	starts, err = starterDirs(context.Background(), rec, l.backend, say)
+	if err != nil {
+		return nil, err
+	}
+	if l.roles, err = buildRoles(l.backend, g, max(l.total, 1), from, starts); err != nil {
 		return nil, err
 	}
 	l.byName = map[string]*role{}
@@ -273,6 +308,11 @@ func newLoop(rec *schema.Recipe, opts RunOptions, from *resumeFrom) (*loop, erro
 	}
 	if l.eval, err = newEvaluator(l.gen, task); err != nil {
 		return nil, err
+	}
+	if t := rollout.node.Role.InitString("teacher"); t != "" && l.byName[t] != nil && l.byName[t].model != nil {
+		if l.eval.kl, err = newKLProbe(l.backend, rollout.model, l.byName[t].model); err != nil {
+			return nil, err
+		}
 	}
 	l.rng = rand.NewPCG(uint64(k.Seed), 0x5a3b1e)
 	l.gen.retried = l.logRetry
@@ -553,6 +593,7 @@ func (l *loop) run(ctx context.Context, disk *schema.Recipe) (res *Result, err e
 		}
 	}
 	l.res.Steps = l.state.Step
+	l.res.Objective = l.objectiveResult()
 	return &l.res, nil
 }
 

@@ -25,7 +25,8 @@ func (l *loop) batchOptions(r *role, id int) specializations.BatchOptions {
 	if r.model != nil {
 		pad = int32(max(r.model.Config.PAD, 0))
 	}
-	return specializations.BatchOptions{MicroBatchSize: mbs, Pad: pad, Rollout: id, Seed: uint64(l.rec.Knobs.Seed) + uint64(id)}
+	return specializations.BatchOptions{MicroBatchSize: mbs, Pad: pad, Rollout: id, Seed: uint64(l.rec.Knobs.Seed) + uint64(id),
+		Temperature: l.rec.Knobs.Temperature}
 }
 
 // trainStep is DESIGN.md's TrainStep: the inject syncs in dependency order,

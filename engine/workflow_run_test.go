@@ -2,28 +2,13 @@ package engine
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"stx.dev/stx/engine/rundir"
-	"stx.dev/stx/engine/workflow"
 )
-
-// The test binary stands in for stx when a recipe's workflow command is
-// ["stx", "env", "calculator"]: it is started as itself with argv[0] "stx".
-func TestMain(m *testing.M) {
-	if len(os.Args) == 3 && os.Args[0] == "stx" && os.Args[1] == "env" && os.Args[2] == "calculator" {
-		if err := workflow.ServeCalculator(os.Stdin, os.Stdout); err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			os.Exit(1)
-		}
-		os.Exit(0)
-	}
-	os.Exit(m.Run())
-}
 
 // TestRunWorkflowDeterministic runs grpo_calculator twice with one seed:
 // the episodes, rewards, advantages and losses must be the same.

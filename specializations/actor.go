@@ -45,6 +45,7 @@ func NewActor(cfg RoleConfig) (*Actor, error) {
 	if err != nil {
 		return nil, err
 	}
+	b.tempered = true
 	a := &Actor{lmBase: b, policy: cfg.Knobs.PolicyLoss,
 		kl: loss.KLConfig{Estimator: loss.KLEstimator(cfg.Knobs.KLEstimator), Grad: loss.GradForm(cfg.Knobs.KLGrad)}}
 	switch a.policy {

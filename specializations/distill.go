@@ -22,6 +22,7 @@ type OPD struct{ lmBase }
 // NewOPD builds the opd specialization.
 func NewOPD(cfg RoleConfig) (*OPD, error) {
 	b, err := newLMBase("opd", cfg)
+	b.tempered = true
 	return &OPD{b}, err
 }
 
@@ -271,6 +272,7 @@ type MixedDaggerOPD struct{ lmBase }
 // NewMixedDaggerOPD builds the mixed_loss_dagger_opd specialization.
 func NewMixedDaggerOPD(cfg RoleConfig) (*MixedDaggerOPD, error) {
 	b, err := newLMBase("mixed_loss_dagger_opd", cfg)
+	b.tempered = true
 	return &MixedDaggerOPD{b}, err
 }
 

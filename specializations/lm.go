@@ -17,6 +17,24 @@ import (
 type lmBase struct {
 	contract Contract
 	cfg      RoleConfig
+	// tempered roles score tokens the rollout sampler drew: their log-probs (and those of the
+	// roles that produce log_probs for them: the reference, the teacher) come from
+	// log_softmax(logits/temperature), the distribution the sampler drew from, so that the
+	// importance ratio of an on-policy step is 1 at any temperature.
+	tempered bool
+}
+
+// bInvTemp is the batch key of 1/temperature, a scalar graph input of tempered roles: the
+// temperature is a hot knob, and an input changes without recompiling the graph.
+const bInvTemp = "inv_temperature"
+
+// invTemperature is the factor the sampler applied to the logits: 1/T, and 1 when greedy
+// (T = 0), whose log-probs the sampler reports from the unscaled logits.
+func invTemperature(t float64) float64 {
+	if t <= 0 {
+		return 1
+	}
+	return 1 / t
 }
 
 func newLMBase(name string, cfg RoleConfig) (lmBase, error) {
@@ -51,9 +69,13 @@ func (b lmBase) Reducer(batch Batch) loss.Reducer {
 	return r
 }
 
-// forward returns the logits [R,T,V] and the target log-probs [R,T].
+// forward returns the logits [R,T,V] and the target log-probs [R,T]; in a tempered role's
+// batch (bInvTemp) both are those of the temperature-scaled distribution, logits/T.
 func forward(ctx *context.Context, m *runtime.Model, batch Batch) (logits, logp *Node) {
 	logits = m.Logits(ctx, m.Forward(ctx, batch[bTokens]))
+	if inv := batch[bInvTemp]; inv != nil {
+		logits = Mul(logits, ConvertDType(inv, logits.DType()))
+	}
 	return logits, runtime.LogProbs(logits, batch[bTargets])
 }
 
@@ -120,6 +142,9 @@ func (b lmBase) lmBatches(data *estimators.Rollout, opts BatchOptions, unit int,
 		mbs = append(mbs, mb)
 	}
 	denominators(mbs, loss.CountMask(shiftedMasks(data.Mask, span(0, n))))
+	if b.tempered {
+		setScalar(mbs, bInvTemp, invTemperature(opts.Temperature))
+	}
 	return mbs, nil
 }
 
@@ -163,8 +188,12 @@ func (p *Producer) Produce(data *estimators.Rollout, opts BatchOptions, rename m
 	perRow := map[string][]float64{}
 	wide := map[string][][][]float32{}
 	for _, mb := range mbs {
-		outs, err := p.eval.Run(map[string]*tensors.Tensor{bTokens: mb[bTokens], bTargets: mb[bTargets],
-			bLossMask: mb[bLossMask], bLastToken: mb[bLastToken]})
+		in := map[string]*tensors.Tensor{bTokens: mb[bTokens], bTargets: mb[bTargets],
+			bLossMask: mb[bLossMask], bLastToken: mb[bLastToken]}
+		if t := mb[bInvTemp]; t != nil {
+			in[bInvTemp] = t
+		}
+		outs, err := p.eval.Run(in)
 		if err != nil {
 			return fmt.Errorf("%s produce: %w", p.spec.Contract().Name, err)
 		}

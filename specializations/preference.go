@@ -152,7 +152,8 @@ func (p *Pairwise) Loss() runtime.LossFn { return lossFn(p) }
 // mismatched rows, label −1: a prompt with another example's completion (see
 // AddKTOMismatched), whose ref_log_probs the reference role produces with the rest. z0
 // is estimated per micro-batch from the micro-batch's mismatched rows (trl estimates it
-// per batch). Metric: z0.
+// per batch). Metrics: z0, accuracy (labelled examples whose policy−reference log-ratio has
+// the sign of their label).
 type KTO struct{ lmBase }
 
 // NewKTO builds the kto specialization.
@@ -208,7 +209,14 @@ func (s *KTO) ComputeLoss(out Output, batch Batch, _ loss.Reducer) (*Node, map[s
 	// loss.KTO averages over every row; only the labelled examples count.
 	count := ConvertDType(batch[bCount], p.DType())
 	l := Div(ReduceAllSum(Mul(res.Aux["per_example_loss"], isExample)), Max(count, OnesLike(count)))
-	return l, map[string]*Node{"z0": z0}, nil
+	// accuracy: the share of labelled examples whose implicit reward p − ref has the sign of
+	// their label (positive for desirable, negative for undesirable completions).
+	diff := Sub(p, ref)
+	right := Or(And(GreaterThan(label, MulScalar(OnesLike(label), 0.5)), GreaterThan(diff, ZerosLike(diff))),
+		And(Equal(label, zero), LessThan(diff, ZerosLike(diff))))
+	hits := Mul(StopGradient(ConvertDType(right, p.DType())), isExample)
+	acc := Div(ReduceAllSum(hits), Max(count, OnesLike(count)))
+	return l, map[string]*Node{"z0": z0, "accuracy": acc}, nil
 }
 
 // Loss is the runtime.LossFn of the role.

@@ -32,6 +32,10 @@ type BatchOptions struct {
 	Rollout int
 	// Seed makes any host-side sampling of the batch (flow σ and noise) reproducible.
 	Seed uint64
+	// Temperature is the rollout sampler's temperature (0: greedy). Roles that score the
+	// sampler's tokens (actor, opd, mixed_loss_dagger_opd, and their reference or teacher
+	// roles) compute log-probs of logits/Temperature, as the sampler did.
+	Temperature float64
 }
 
 // Specialization is a role's algorithm: how rollout data becomes micro-batches and which

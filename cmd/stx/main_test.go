@@ -27,6 +27,9 @@ func TestMain(m *testing.M) {
 
 // TestScripts runs the CLI scripts of testdata/script (txtar files).
 func TestScripts(t *testing.T) {
+	// The scripts share one cache of built-in starting models (tiny-sft, ...), built
+	// by the first script that needs one, and never the user's own cache.
+	cache := t.TempDir()
 	testscript.Run(t, testscript.Params{
 		Dir:                 filepath.Join("..", "..", "testdata", "script"),
 		RequireExplicitExec: true,
@@ -64,6 +67,7 @@ func TestScripts(t *testing.T) {
 		Setup: func(env *testscript.Env) error {
 			root, err := filepath.Abs(filepath.Join("..", ".."))
 			env.Setenv("REPO", root)
+			env.Setenv("STX_CACHE_DIR", cache)
 			return err
 		},
 	})

@@ -22,7 +22,9 @@ import (
 	"gonum.org/v1/plot/vg/vgimg"
 	"gonum.org/v1/plot/vg/vgsvg"
 
+	"stx.dev/stx/engine"
 	"stx.dev/stx/engine/rundir"
+	"stx.dev/stx/schema"
 )
 
 // plotDPI maps the --width/--height pixels to the plot library's lengths;
@@ -88,6 +90,20 @@ Examples:
 				return err
 			}
 			panels, skipped := plotPanels(records, keys)
+			// A run directory's recipe names its family's objective: drawn first, and
+			// reported as first → last (explicit --metrics draw only what they name).
+			var objLine string
+			if len(wanted) == 0 {
+				if o, ok := runObjective(metricsPath); ok {
+					if first, last, ok := o.Measure(records); ok {
+						if p, _ := plotPanels(records, []string{o.Key}); len(p) == 1 {
+							p[0].title = "objective: " + o.Name
+							panels = append(p, panels...)
+						}
+						objLine = fmt.Sprintf("objective: %s (%s, %s)\n", o.Format(first, last), o.Key, o.Span(records))
+					}
+				}
+			}
 			for _, s := range skipped {
 				fmt.Fprintf(c.App.ErrWriter, "stx plot: %s\n", s)
 			}
@@ -116,6 +132,7 @@ Examples:
 			}
 			fmt.Fprintf(c.App.Writer, "wrote %s: %s in %s (%s), %s\n", out, plural(curves, "curve"),
 				plural(len(panels), "panel"), strings.Join(titles, ", "), plural(len(records), "record"))
+			fmt.Fprint(c.App.Writer, objLine)
 			return nil
 		},
 	}
@@ -126,6 +143,20 @@ func plural(n int, noun string) string {
 		return "1 " + noun
 	}
 	return fmt.Sprintf("%d %ss", n, noun)
+}
+
+// runObjective is the objective of the recipe recorded beside a metrics file (the run
+// directory's config.cue); ok is false without one.
+func runObjective(metricsPath string) (engine.Objective, bool) {
+	cfg := filepath.Join(filepath.Dir(metricsPath), rundir.ConfigFile)
+	if _, err := os.Stat(cfg); err != nil {
+		return engine.Objective{}, false
+	}
+	cat, err := engine.Load([]string{cfg}, schema.Options{})
+	if err != nil || len(cat.Names) != 1 {
+		return engine.Objective{}, false
+	}
+	return engine.ObjectiveFor(cat.Recipes[cat.Names[0]]), true
 }
 
 // plotInput resolves RUN_DIR to its metrics file and the default output.

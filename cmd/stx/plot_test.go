@@ -13,7 +13,9 @@ import (
 
 	"gonum.org/v1/plot/plotutil"
 
+	"stx.dev/stx/engine"
 	"stx.dev/stx/engine/rundir"
+	"stx.dev/stx/schema"
 )
 
 // plotRun creates a run directory with 20 steps of metrics, as the engine
@@ -223,5 +225,42 @@ func TestPlotPanels(t *testing.T) {
 	}
 	if fmt.Sprint(skipped) != "[loss: left out 1 non-finite value]" {
 		t.Errorf("skipped %v", skipped)
+	}
+}
+
+// TestPlotObjective: a run directory's recipe names its family's objective, which the plot
+// draws in its first panel and reports as first → last (a DPO run: preference accuracy).
+func TestPlotObjective(t *testing.T) {
+	cat, err := engine.Load([]string{filepath.Join("..", "..", "recipes.cue")}, schema.Options{Only: "dpo"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	text, err := engine.RecipeCUE(cat.Recipes["dpo"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := rundir.Create(t.TempDir(), "dpo", time.Date(2026, 12, 1, 4, 0, 0, 0, time.UTC))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Close() })
+	if err := d.WriteRecipe(1, text); err != nil {
+		t.Fatal(err)
+	}
+	for s := 1; s <= 30; s++ {
+		if err := d.LogMetrics(s, map[string]float64{"policy/loss": 0.7, "policy/accuracy": float64(s) / 30}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	out := filepath.Join(t.TempDir(), "curves.png")
+	code, stdout, stderr := runStx(t, "plot", d.Path(), "-o", out)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	for _, want := range []string{"2 panels (objective: preference accuracy, loss)",
+		"objective: preference accuracy 0.183 → 0.850 (policy/accuracy, means of the first and last 10 steps)\n"} {
+		if !strings.Contains(stdout, want) {
+			t.Errorf("stdout %q lacks %q", stdout, want)
+		}
 	}
 }

@@ -134,6 +134,10 @@ func printResult(c *cli.Context, name string, res *engine.Result) error {
 		if res.FirstVal != nil {
 			out["val_first"], out["val_last"] = res.FirstVal, res.LastVal
 		}
+		if o := res.Objective; o != nil {
+			out["objective"] = map[string]any{"name": o.Name, "key": o.Key, "first": o.First, "last": o.Last,
+				"lower_is_better": o.Lower, "span": o.Span}
+		}
 		data, err := json.Marshal(out)
 		if err != nil {
 			return fmt.Errorf("result: %w", err)
@@ -141,8 +145,16 @@ func printResult(c *cli.Context, name string, res *engine.Result) error {
 		_, err = fmt.Fprintf(w, "%s\n", data)
 		return err
 	}
+	// The closing line reports the recipe's own objective; RL recipes' is validation
+	// accuracy, shown with the validation reward.
 	acc := ""
-	if res.FirstVal != nil {
+	o := res.Objective
+	if o != nil && o.Key != "val/accuracy" {
+		acc = fmt.Sprintf(", %s (%s, %s)", o.Format(o.First, o.Last), o.Key, o.Span)
+		if o.WithAccuracy && res.FirstVal != nil {
+			acc += fmt.Sprintf(", val accuracy %.3f → %.3f", res.FirstVal["val/accuracy"], res.LastVal["val/accuracy"])
+		}
+	} else if res.FirstVal != nil {
 		acc = fmt.Sprintf(", val accuracy %.3f → %.3f (reward %.3f → %.3f)", res.FirstVal["val/accuracy"], res.LastVal["val/accuracy"],
 			res.FirstVal["val/reward_mean"], res.LastVal["val/reward_mean"])
 	}
