@@ -131,6 +131,7 @@ func (s starter) key(name string, rec *schema.Recipe, backend string) (starterKe
 		Task: rec.Task, Knobs: starterTaskKnob{Seed: k.Seed, Digits: k.TaskDigits, Ops: k.TaskOps},
 		Backend: backend, MaxPrompt: k.MaxPromptTokens}
 	key.Task.RewardRole = ""
+	key.Task.Workflow = nil // the SFT trains on the task's prompts and answers alone
 	for _, p := range []string{rec.Task.Path, rec.Task.ValidationPath} {
 		if p == "" {
 			continue
@@ -282,6 +283,7 @@ func starterRecipe(s starter, rec *schema.Recipe, src string) (string, error) {
 	k := rec.Knobs
 	task := rec.Task
 	task.RewardRole = ""
+	task.Workflow = nil
 	for _, p := range []*string{&task.Path, &task.ValidationPath} {
 		if *p != "" {
 			abs, err := filepath.Abs(*p)

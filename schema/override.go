@@ -201,6 +201,7 @@ func (c *Catalog) resolve(ctx *cue.Context, name string, rv, def cue.Value, sets
 		return nil, List{{Pos: c.Pos(name, ""), Path: "recipes." + name, Msg: fmt.Sprintf("decoding: %v", err)}}
 	}
 	r.Name = name
+	r.fillDefaults()
 	return &r, nil
 }
 

@@ -235,3 +235,27 @@ func (r *Recipe) Role(name string) (Role, bool) {
 	}
 	return Role{}, false
 }
+
+// Defaults of fields the schema leaves optional so that recipes can give
+// them defaults of their own (CUE keeps no default where two differ).
+const (
+	DefaultModelSource    = "tiny"
+	DefaultTrainSize      = 2000
+	DefaultValidationSize = 200
+)
+
+// fillDefaults sets the schema's defaults of the fields neither the recipe
+// nor the user set.
+func (r *Recipe) fillDefaults() {
+	for i := range r.Roles {
+		if r.Roles[i].Model.Source == "" {
+			r.Roles[i].Model.Source = DefaultModelSource
+		}
+	}
+	if r.Task.TrainSize == 0 {
+		r.Task.TrainSize = DefaultTrainSize
+	}
+	if r.Task.ValidationSize == 0 {
+		r.Task.ValidationSize = DefaultValidationSize
+	}
+}
