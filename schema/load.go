@@ -236,7 +236,12 @@ func Load(args []string, opts Options) (*Catalog, error) {
 	if err == nil {
 		for top.Next() {
 			if sel := top.Selector(); sel.IsString() && sel.String() != "recipes" {
-				p, _ := c.userPos(top.Value().Pos())
+				p, ok := c.userPos(top.Value().Pos())
+				if !ok {
+					// A field that comes from an embedding has no position
+					// of its own (found by FuzzLoad: "recipes" embedded).
+					p = Position{File: c.Files[0], Line: 1, Col: 1}
+				}
 				errs = append(errs, &Error{Pos: p, Path: sel.String(), Msg: `field not allowed at the top level: only "recipes" (use _hidden fields or #definitions for helpers)`})
 			}
 		}
