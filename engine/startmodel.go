@@ -131,7 +131,11 @@ func (s starter) key(name string, rec *schema.Recipe, backend string) (starterKe
 		Task: rec.Task, Knobs: starterTaskKnob{Seed: k.Seed, Digits: k.TaskDigits, Ops: k.TaskOps},
 		Backend: backend, MaxPrompt: k.MaxPromptTokens}
 	key.Task.RewardRole = ""
-	key.Task.Workflow = nil // the SFT trains on the task's prompts and answers alone
+	// The SFT trains on the task's prompts and answers alone: neither the
+	// workflow nor the rewards (which only score its evaluation, and may be
+	// a user's external service) change its weights.
+	key.Task.Workflow = nil
+	key.Task.Reward = nil
 	for _, p := range []string{rec.Task.Path, rec.Task.ValidationPath} {
 		if p == "" {
 			continue
@@ -284,6 +288,7 @@ func starterRecipe(s starter, rec *schema.Recipe, src string) (string, error) {
 	task := rec.Task
 	task.RewardRole = ""
 	task.Workflow = nil
+	task.Reward = nil
 	for _, p := range []*string{&task.Path, &task.ValidationPath} {
 		if *p != "" {
 			abs, err := filepath.Abs(*p)
