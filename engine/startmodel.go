@@ -288,7 +288,7 @@ func starterRecipe(s starter, rec *schema.Recipe, src string) (string, error) {
 	task := rec.Task
 	task.RewardRole = ""
 	task.Workflow = nil
-	task.Reward = nil
+	task.Reward = []schema.Reward{}
 	for _, p := range []*string{&task.Path, &task.ValidationPath} {
 		if *p != "" {
 			abs, err := filepath.Abs(*p)
