@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"stx.dev/stx/schema"
+
+	"stx.dev/stx/internal/tailbuf"
 )
 
 // External rewards. Two transports, both scoring whole batches:
@@ -80,7 +82,7 @@ type rewardProc struct {
 	stdin   io.WriteCloser
 	lines   chan []byte   // stdout lines; closed at EOF
 	exited  chan struct{} // closed once the process has been waited for
-	stderr  *tailWriter
+	stderr  *tailbuf.Buffer
 	waitErr error
 }
 
@@ -117,7 +119,7 @@ func termTimeout(term schema.Reward) (time.Duration, error) {
 
 func (s *commandScorer) start() (*rewardProc, error) {
 	cmd := exec.Command(s.argv[0], s.argv[1:]...)
-	p := &rewardProc{cmd: cmd, lines: make(chan []byte, 64), exited: make(chan struct{}), stderr: &tailWriter{max: 4096}}
+	p := &rewardProc{cmd: cmd, lines: make(chan []byte, 64), exited: make(chan struct{}), stderr: tailbuf.New(4096)}
 	cmd.Stderr = p.stderr
 	// A command that leaves a child holding its pipes must not hang Wait.
 	cmd.WaitDelay = time.Second
@@ -285,29 +287,6 @@ func (s *commandScorer) Close() error {
 		<-p.exited
 	}
 	return nil
-}
-
-// tailWriter keeps the last max bytes written to it.
-type tailWriter struct {
-	mu  sync.Mutex
-	max int
-	buf []byte
-}
-
-func (w *tailWriter) Write(b []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.buf = append(w.buf, b...)
-	if len(w.buf) > w.max {
-		w.buf = append(w.buf[:0], w.buf[len(w.buf)-w.max:]...)
-	}
-	return len(b), nil
-}
-
-func (w *tailWriter) String() string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return string(w.buf)
 }
 
 // stderrNote formats the last lines of a command's stderr for an error.

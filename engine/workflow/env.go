@@ -10,8 +10,9 @@ import (
 	"os"
 	"os/exec"
 	"strings"
-	"sync"
 	"time"
+
+	"stx.dev/stx/internal/tailbuf"
 )
 
 // maxLine bounds one reply line: a longer one is malformed, so a runaway
@@ -40,7 +41,7 @@ type Env struct {
 	lines   chan line     // reply lines; closed at end of output
 	exited  chan struct{} // closed when the process has exited
 	waitErr error         // the process's exit status (valid after exited)
-	stderr  *tail
+	stderr  *tailbuf.Buffer
 	timeout time.Duration
 	dead    bool // failed: must not serve another request
 }
@@ -75,7 +76,7 @@ func StartEnv(command []string, argv0 string, timeout time.Duration) (*Env, erro
 		return nil, err
 	}
 	cmd.Stdout = pw
-	e := &Env{cmd: cmd, stdin: stdin, lines: make(chan line, 1), exited: make(chan struct{}), stderr: &tail{max: 4096}, timeout: timeout}
+	e := &Env{cmd: cmd, stdin: stdin, lines: make(chan line, 1), exited: make(chan struct{}), stderr: tailbuf.New(4096), timeout: timeout}
 	cmd.Stderr = e.stderr
 	if err := cmd.Start(); err != nil {
 		pr.Close()
@@ -297,29 +298,6 @@ func (e *Env) Close() {
 		e.kill()
 	}
 	e.dead = true
-}
-
-// tail keeps the last max bytes written to it.
-type tail struct {
-	mu  sync.Mutex
-	max int
-	buf []byte
-}
-
-func (t *tail) Write(p []byte) (int, error) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.buf = append(t.buf, p...)
-	if len(t.buf) > t.max {
-		t.buf = append([]byte(nil), t.buf[len(t.buf)-t.max:]...)
-	}
-	return len(p), nil
-}
-
-func (t *tail) String() string {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return string(t.buf)
 }
 
 // clip shortens a reply for an error message.
