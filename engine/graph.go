@@ -208,7 +208,7 @@ func BuildGraph(r *schema.Recipe) (*Graph, []Problem) {
 		// C.7's weight min(exp(old_logp − sampler_logp), cap) needs the
 		// policy's own pre-update log-probs, which the actor does not
 		// compute yet; refusing beats silently ignoring the knob.
-		add("knobs.tis_cap", "the truncated importance-sampling correction (ALGORITHMS.md C.7) is not supported yet: remove tis_cap")
+		add("knobs.tis_cap", "the truncated importance-sampling correction (TIS) is not supported yet: remove tis_cap")
 	}
 	for _, role := range sortedKeys(r.Knobs.EstimatorMap) {
 		known("knobs.estimator_map."+role, "estimator_map key", role)

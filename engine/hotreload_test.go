@@ -679,3 +679,28 @@ func TestRecordedRecipesReadBackUnchanged(t *testing.T) {
 		}
 	}
 }
+
+// waitFor blocks until the watcher has delivered an outcome that match
+// accepts, or timeout passes; the outcome stays for the boundary's take. It
+// reports whether one came. Tests use it to make an edit land before a
+// given boundary without sleeping.
+func (r *reloader) waitFor(match func(reload.Update) bool, timeout time.Duration) bool {
+	deadline := time.NewTimer(timeout)
+	defer deadline.Stop()
+	for {
+		r.mu.Lock()
+		if u, ok := r.w.Poll(); ok {
+			r.held = &u
+		}
+		held := r.held
+		r.mu.Unlock()
+		if held != nil && match(*held) {
+			return true
+		}
+		select {
+		case <-r.w.Ready():
+		case <-deadline.C:
+			return false
+		}
+	}
+}

@@ -152,7 +152,7 @@ func (f *flowRole) euler(n, steps int, seed uint64) ([]float32, error) {
 }
 
 // flowRollout samples rollout_batch_size groups of n_samples_per_prompt
-// trajectories with the SDE sampler of ALGORITHMS.md H; each transition is a
+// trajectories with Flow-GRPO's SDE sampler (Liu et al., 2025); each transition is a
 // row (trajectories = x, x_next, σ, σ_next), its reward that of the final
 // point, its sampler_log_probs the step log-prob under the sampling weights.
 func (f *flowRole) flowRollout(k schema.Knobs, reward *tasks.Reward, role string, seed uint64) (*batch, error) {

@@ -160,7 +160,7 @@ type rolloutGen struct {
 }
 
 // gkdOnPolicy draws whether GKD's rollout id is on-policy: true with
-// probability λ (ALGORITHMS.md F.3). The draw depends on the run's seed and
+// probability λ (GKD, Agarwal et al., 2024). The draw depends on the run's seed and
 // the rollout id only, so a resumed run, a retried generation and a rerun
 // all make the same choice; λ = 0 never and λ = 1 always draws true
 // (Float64 is in [0, 1)).
@@ -248,7 +248,7 @@ func (g *rolloutGen) sampleOptions(seed uint64, greedy bool) runtime.SampleOptio
 }
 
 // rl samples n_samples_per_prompt completions per prompt, scores them and
-// applies rejection / dynamic sampling (ALGORITHMS.md G). A failed generation
+// applies rejection / dynamic sampling (DAPO, Yu et al., 2025). A failed generation
 // is retried rollout_retries times before the run fails.
 func (g *rolloutGen) rl(id int, seed uint64) (*batch, error) {
 	k := g.rec.Knobs
@@ -634,7 +634,7 @@ func advantageMetrics(d *estimators.Rollout) map[string]float64 {
 }
 
 // mixTeacher lets the teacher execute each row with probability β of the
-// rollout (ALGORITHMS.md F.6's schedule, drawn per row from seed): those
+// rollout (the β schedule of the mixed CE/K3 loss, drawn per row from seed): those
 // rows' completions come from the teacher's sampler, and executed_by is 1.
 func (g *rolloutGen) mixTeacher(id int, seed uint64, prompts [][]int32, student []runtime.Sample) ([]runtime.Sample, []float64, error) {
 	if g.teacher == nil {
@@ -661,7 +661,7 @@ func (g *rolloutGen) mixTeacher(id int, seed uint64, prompts [][]int32, student 
 	return out, exec, nil
 }
 
-// aggrevate builds AggreVaTe's states (ALGORITHMS.md F.5): for each of
+// aggrevate builds AggreVaTe's states (Ross & Bagnell, 2014): for each of
 // rollout_batch_size × n_samples_per_prompt student rollouts, a state is the
 // prompt plus a prefix of the student's completion cut at a uniformly drawn
 // position; aggrevate_candidates actions are sampled from the student there;

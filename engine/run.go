@@ -103,8 +103,10 @@ type loopState struct {
 // ErrNonFinite is returned (wrapped) when a loss or gradient norm is NaN or infinite.
 var ErrNonFinite = errors.New("non-finite loss or gradient")
 
-// Run trains recipe name of cat with the outer loop of DESIGN.md and returns
-// where it wrote its run directory. Cancelling ctx (SIGINT/SIGTERM) ends the
+// Run trains recipe name of cat and returns where it wrote its run directory.
+// Its outer loop, per rollout id: generate and score the data, train every
+// trainable role on it num_train_passes times, push weights to the samplers,
+// checkpoint, then apply a pending hot reload. Cancelling ctx (SIGINT/SIGTERM) ends the
 // run after the current rollout with a checkpoint and no error.
 //
 // With opts.Reload the recipe files are watched and edits are hot-reloaded at

@@ -17,8 +17,8 @@ import (
 	"stx.dev/stx/specializations"
 )
 
-// ReloadOptions make a run follow edits of its recipe files (hot reload,
-// DESIGN.md "Hot reload").
+// ReloadOptions make a run follow edits of its recipe files (hot reload:
+// changed hot knobs take effect at the next rollout boundary).
 type ReloadOptions struct {
 	// Files are the recipe files or package directories the recipe was
 	// loaded from, as given on the command line. They are watched, and
@@ -174,31 +174,6 @@ func (r *reloader) take() (reload.Update, bool) {
 		return u, true
 	}
 	return reload.Update{}, false
-}
-
-// waitFor blocks until the watcher has delivered an outcome that match
-// accepts, or timeout passes; the outcome stays for the boundary's take. It
-// reports whether one came. Tests use it to make an edit land before a
-// given boundary without sleeping.
-func (r *reloader) waitFor(match func(reload.Update) bool, timeout time.Duration) bool {
-	deadline := time.NewTimer(timeout)
-	defer deadline.Stop()
-	for {
-		r.mu.Lock()
-		if u, ok := r.w.Poll(); ok {
-			r.held = &u
-		}
-		held := r.held
-		r.mu.Unlock()
-		if held != nil && match(*held) {
-			return true
-		}
-		select {
-		case <-r.w.Ready():
-		case <-deadline.C:
-			return false
-		}
-	}
 }
 
 func (r *reloader) close() {

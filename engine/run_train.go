@@ -29,7 +29,7 @@ func (l *loop) batchOptions(r *role, id int) specializations.BatchOptions {
 		Temperature: l.rec.Knobs.Temperature}
 }
 
-// trainStep is DESIGN.md's TrainStep: the inject syncs in dependency order,
+// trainStep is one train step of the outer loop: the inject syncs in dependency order,
 // then every trainable role trains on the data (roles sharing a pool one
 // after another, pools concurrently). It returns one metrics record per
 // optimizer step.

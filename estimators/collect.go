@@ -326,24 +326,6 @@ func BroadcastTrajectory(a float64, stepMasks [][]float32) [][]float32 {
 	return out
 }
 
-// RewardMetrics returns only the reward/<role>/{mean,std,max,min} metrics (rLLM's
-// collect_advantage=False, used for validation batches).
-func RewardMetrics(groups []Group) map[string]float64 {
-	m := map[string]float64{}
-	for _, role := range rolesInOrder(groups) {
-		var rewards []float64
-		for g := range groups {
-			if groups[g].Role == role {
-				for _, tr := range groups[g].Trajectories {
-					rewards = append(rewards, tr.Reward)
-				}
-			}
-		}
-		addStats(m, "reward/"+role, rewards, false)
-	}
-	return m
-}
-
 // mask returns the step's effective mask: Mask, or 1 on the response and 0 on the prompt.
 func (s *Step) mask() []float32 {
 	if s.Mask != nil {

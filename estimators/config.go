@@ -30,7 +30,7 @@ type Config struct {
 	UsePrecomputed bool
 }
 
-// Defaults of ALGORITHMS.md section A.
+// Defaults of the estimators' papers and verl.
 const (
 	DefaultEpsilon   = 1e-6
 	DefaultWhitenEps = 1e-8

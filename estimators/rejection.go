@@ -7,7 +7,7 @@ import (
 	"slices"
 )
 
-// RejectionConfig configures rejection and dynamic sampling (ALGORITHMS.md section G).
+// RejectionConfig configures rejection and dynamic sampling (DAPO, Yu et al., 2025).
 type RejectionConfig struct {
 	// MinTrajsPerGroup drops groups with fewer trajectories (step 2; default 2).
 	MinTrajsPerGroup int

@@ -10,7 +10,7 @@ import (
 	"testing"
 )
 
-// vectorsPath is the shared test-vector file (ALGORITHMS.md section L), relative to this package.
+// vectorsPath is the shared test-vector file (testdata/algorithms.json), relative to this package.
 const vectorsPath = "../testdata/algorithms.json"
 
 // ownedSections are the sections of the vectors this package implements; every case of these

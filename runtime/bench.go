@@ -61,8 +61,8 @@ type Measurement struct {
 }
 
 // PeerTokensPerS are the PyTorch 1.13 CPU (OpenBLAS, 2 threads) figures for the "bench" model at
-// the default sizes, measured on stx's 2-core development machine (the lower ends of the ranges
-// in NOTES.md): the targets stx's CPU backend is held to.
+// the default sizes, measured on stx's 2-core development machine (the lower ends of the
+// measured ranges): the targets stx's CPU backend is held to.
 var PeerTokensPerS = map[string]float64{
 	"forward_logprobs":  11000,
 	"grpo_train_step":   3000,

@@ -480,23 +480,11 @@ func Entropy(logits *Node) *Node {
 	return Neg(ReduceSum(Mul(Exp(lp), lp), -1))
 }
 
-// MaskedSum is Σ x·mask over all elements (mask 0/1, same shape as x).
-func MaskedSum(x, mask *Node) *Node {
-	return ReduceAllSum(Mul(x, ConvertDType(mask, x.DType())))
-}
-
 // MaskedMean is Σ x·mask / Σ mask, and 0 where the mask is empty (never NaN).
 func MaskedMean(x, mask *Node) *Node {
 	mk := ConvertDType(mask, x.DType())
 	n := ReduceAllSum(mk)
 	return Div(ReduceAllSum(Mul(x, mk)), Max(n, OnesLike(n)))
-}
-
-// MaskedMeanPerRow is Σ_t x·mask / Σ_t mask over the last axis ([B,T] → [B]), 0 for empty rows.
-func MaskedMeanPerRow(x, mask *Node) *Node {
-	mk := ConvertDType(mask, x.DType())
-	n := ReduceSum(mk, -1)
-	return Div(ReduceSum(Mul(x, mk), -1), Max(n, OnesLike(n)))
 }
 
 // TokenLogProbs is the model's log-probability of targets [B,T] given tokens [B,T]; targets are

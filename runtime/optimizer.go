@@ -7,7 +7,7 @@ import (
 	. "github.com/gomlx/gomlx/pkg/core/graph" //nolint:revive // graph-building code reads better unqualified.
 )
 
-// AdamW holds the hyper-parameters of AdamW with PyTorch semantics (ALGORITHMS.md I.2):
+// AdamW holds the hyper-parameters of AdamW (Loshchilov & Hutter, 2019) with PyTorch semantics:
 // decoupled weight decay scaled by the scheduled lr, bias-corrected moments, eps added to
 // sqrt(v̂).
 type AdamW struct {
@@ -16,7 +16,7 @@ type AdamW struct {
 	NoDecayNormsAndBiases bool
 }
 
-// DefaultAdamW returns the defaults of ALGORITHMS.md I.2 (verl/PyTorch style).
+// DefaultAdamW returns PyTorch's AdamW defaults with verl's weight decay of 0.01.
 func DefaultAdamW() AdamW { return AdamW{Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, WeightDecay: 0.01} }
 
 // Validate checks the hyper-parameters.
@@ -47,7 +47,7 @@ func (a AdamW) update(p, g, m, v, lr, bc1, bc2 *Node, decay bool) (newP, newM, n
 	return newP, newM, newV
 }
 
-// clipCoefficient returns min(1, maxNorm/(norm+1e-6)) (ALGORITHMS.md I.3), or 1 when clipping
+// clipCoefficient returns min(1, maxNorm/(norm+1e-6)) (global-norm clipping, as torch's clip_grad_norm_), or 1 when clipping
 // is off (maxNorm ≤ 0).
 func clipCoefficient(norm *Node, maxNorm float64) *Node {
 	one := OnesLike(norm)

@@ -37,7 +37,7 @@ type Sample struct {
 	Stopped  bool // ended with a stop token (false: hit MaxNewTokens)
 }
 
-// Sampler generates continuations with a key/value cache kept on the host (NOTES measured it
+// Sampler generates continuations with a key/value cache kept on the host (measured
 // faster than an in-graph cache on SimpleGo). On the CPU backends (SimpleGo, cpu), prompt and
 // decode steps run in plain Go (hostdecode.go; matmuls through OpenBLAS when loaded), several
 // times faster than a graph launch per token; on other backends a prompt is one compiled forward and each decode step one compiled graph with
@@ -371,13 +371,6 @@ type sampleScratch struct {
 
 func newSampleScratch(vocab int) *sampleScratch {
 	return &sampleScratch{logp: make([]float64, vocab), exps: make([]float64, vocab), order: make([]int, vocab)}
-}
-
-// pick chooses the next token from one row of logits and returns it with its log-probability
-// (see Sample.LogProbs).
-func (sc *sampleScratch) pick(logits []float32, opt SampleOptions, rng *rand.Rand) (int32, float32) {
-	sc.prepare(logits, opt)
-	return sc.choose(opt, rng)
 }
 
 // prepare computes the log-softmax of logits/temperature (of logits when greedy), in float64 so

@@ -196,3 +196,10 @@ func TestPickTopP(t *testing.T) {
 		t.Errorf("token 0 frequency %.3f, want ≈ 0.625 (0.5/0.8)", frac)
 	}
 }
+
+// pick chooses the next token from one row of logits and returns it with its log-probability
+// (see Sample.LogProbs).
+func (sc *sampleScratch) pick(logits []float32, opt SampleOptions, rng *rand.Rand) (int32, float32) {
+	sc.prepare(logits, opt)
+	return sc.choose(opt, rng)
+}

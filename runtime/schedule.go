@@ -5,7 +5,7 @@ import (
 	"math"
 )
 
-// Schedule is a learning-rate schedule (ALGORITHMS.md I.1): linear warmup from 0, then constant,
+// Schedule is a learning-rate schedule (as verl's): linear warmup from 0, then constant,
 // linear or cosine decay to MinLRRatio·BaseLR at TotalSteps.
 type Schedule struct {
 	Kind        string  // "constant" (default), "linear" or "cosine"

@@ -17,7 +17,7 @@ import (
 // LossFn builds a loss inside a compiled graph: from the model and the micro-batch's tensors
 // (host-side keys become graph nodes with the same names) it returns a scalar loss and named
 // scalar metrics. The trainer sums the gradients of the micro-batches of one optimizer step,
-// so a loss normalised over the whole mini-batch (ALGORITHMS.md C.0) must be scaled by the
+// so a loss normalised over the whole mini-batch (loss_agg_mode "token-mean") must be scaled by the
 // builder (for example with a count passed in the batch).
 type LossFn func(ctx *context.Context, m *Model, batch map[string]*Node) (loss *Node, metrics map[string]*Node)
 
@@ -193,7 +193,7 @@ func (t *Trainer) applyGraph(ctx *context.Context, in []*Node, withAccumulators 
 		mv, vv := t.mVar[i], t.vVar[i]
 		oldM, oldV := mv.ValueGraph(g), vv.ValueGraph(g)
 		newP, newM, newV := t.cfg.AdamW.update(p, grad, oldM, oldV, lr, bc1, bc2, t.decay[i])
-		// A non-finite gradient norm skips the update (ALGORITHMS.md I.3).
+		// A non-finite gradient norm skips the update: one bad batch must not poison the weights.
 		v.SetValueGraph(Where(finite, newP, p))
 		mv.SetValueGraph(Where(finite, newM, oldM))
 		vv.SetValueGraph(Where(finite, newV, oldV))

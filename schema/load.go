@@ -32,9 +32,6 @@ import (
 //go:embed schema.cue
 var schemaSource string
 
-// Source returns the CUE text of the schema as embedded in the binary.
-func Source() string { return schemaSource }
-
 // schemaFile is the name of the schema inside a loaded package. Errors whose
 // only position is in this file are reported at the user's value instead.
 const schemaFile = "stx.schema.cue"

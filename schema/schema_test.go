@@ -79,7 +79,7 @@ func TestKnobDocs(t *testing.T) {
 			t.Errorf("knob %s = %+v, want %+v", name, got, want)
 		}
 	}
-	for name, group := range map[string]string{"seed": "loop", "lr": "optimizer (AdamW, ALGORITHMS.md I)", "loss_agg_mode": "losses (ALGORITHMS.md C, D)", "log_episodes_every": "evaluation, checkpoints, logging"} {
+	for name, group := range map[string]string{"seed": "loop", "lr": "optimizer (AdamW, Loshchilov & Hutter, 2019)", "loss_agg_mode": "losses (policy and value)", "log_episodes_every": "evaluation, checkpoints, logging"} {
 		if byName[name].Group != group {
 			t.Errorf("knob %s in group %q, want %q", name, byName[name].Group, group)
 		}

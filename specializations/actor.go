@@ -25,7 +25,7 @@ const (
 	bCISPOClipHigh      = "cispo_clip_high"
 )
 
-// Actor is the policy-gradient actor (ALGORITHMS.md C.7): L = L_pg + kl_loss_coef·agg(KL)
+// Actor is the policy-gradient actor (PPO, Schulman et al., 2017, and its variants): L = L_pg + kl_loss_coef·agg(KL)
 // − entropy_coef·agg(H), with L_pg one of ppo (C.1, clip-higher, optional dual clip), gspo
 // (C.2), cispo (C.3), importance_sampling (C.4), dro (C.5) or pg (C.6); KL to the
 // reference (B: k1/k2/k3) as a loss term (B.4) or folded into the reward (B.5);

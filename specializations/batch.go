@@ -23,7 +23,7 @@ const (
 	bTargets   = "targets"    // int32 [R,T] next-token ids
 	bLossMask  = KeyLossMask  // float32 [R,T] 1 where the target token is trainable
 	bLastToken = "last_token" // float32 [R,T] one-hot at the last real input position
-	bDenTokens = "den_tokens" // scalar N of the whole mini-batch (ALGORITHMS.md C.0)
+	bDenTokens = "den_tokens" // scalar N of the whole mini-batch, for loss_agg_mode "token-mean"
 	bDenSeqs   = "den_seqs"   // scalar B' of the whole mini-batch
 	bDenRows   = "den_rows"   // scalar B of the whole mini-batch
 	bCount     = "den_count"  // scalar: pairs, examples, samples or entries of the mini-batch

@@ -54,7 +54,7 @@ func builtins() []Contract {
 	return []Contract{
 		{
 			Name: "actor", Data: DataRL, Estimator: true,
-			Doc: "policy-gradient actor: PPO/GSPO/CISPO/IS/DRO/PG losses (ALGORITHMS.md C), KL (B), entropy (C.7)",
+			Doc: "policy-gradient actor: PPO/GSPO/CISPO/IS/DRO/PG losses (Schulman et al., 2017; Zheng et al., 2025; MiniMax, 2025), KL k1/k2/k3 (Schulman, 2020), entropy",
 			Requires: func(c RoleConfig) []string {
 				extra := []string{KeyRewards, KeySamplerLogProbs}
 				if c.Knobs.UseKLLoss || c.Knobs.UseKLInReward {
@@ -69,14 +69,14 @@ func builtins() []Contract {
 		},
 		{
 			Name: "critic", Data: DataRL,
-			Doc: "value model: clipped value loss on GAE returns (ALGORITHMS.md D, A.7)",
+			Doc: "value model: clipped value loss on GAE returns (Schulman et al., 2016; 2017)",
 			// v_old of the clip and GAE's V are the rollout-time values the role produced.
 			Requires: func(c RoleConfig) []string { return trainOnly(c, lmForward, KeyRewards, KeyValues) },
 			Produces: func(RoleConfig) []string { return keys(KeyValues) },
 		},
 		{
 			Name: "dpo", Data: DataPreference,
-			Doc: "DPO family: sigmoid, cDPO, hinge, IPO (ALGORITHMS.md E)",
+			Doc: "DPO family: sigmoid, cDPO, hinge, IPO (Rafailov et al., 2023; Azar et al., 2023)",
 			Requires: func(c RoleConfig) []string {
 				return trainOnly(c, lmForward, KeyChosen, KeyRefLogProbs)
 			},
@@ -84,19 +84,19 @@ func builtins() []Contract {
 		},
 		{
 			Name: "simpo", Data: DataPreference,
-			Doc:      "SimPO: reference-free length-normalised margin (ALGORITHMS.md E)",
+			Doc:      "SimPO: reference-free length-normalised margin (Meng et al., 2024)",
 			Requires: func(c RoleConfig) []string { return trainOnly(c, lmForward, KeyChosen) },
 			Produces: func(RoleConfig) []string { return keys(KeyLogProbs) },
 		},
 		{
 			Name: "orpo", Data: DataPreference,
-			Doc:      "ORPO: chosen NLL plus odds-ratio term (ALGORITHMS.md E)",
+			Doc:      "ORPO: chosen NLL plus odds-ratio term (Hong et al., 2024)",
 			Requires: func(c RoleConfig) []string { return trainOnly(c, lmForward, KeyChosen) },
 			Produces: func(RoleConfig) []string { return keys(KeyLogProbs) },
 		},
 		{
 			Name: "kto", Data: DataKTO,
-			Doc: "KTO: desirable/undesirable examples against a KL baseline (ALGORITHMS.md E)",
+			Doc: "KTO: desirable/undesirable examples against a KL baseline (Ethayarajh et al., 2024)",
 			Requires: func(c RoleConfig) []string {
 				return trainOnly(c, lmForward, KeyLabel, KeyRefLogProbs)
 			},
@@ -104,19 +104,19 @@ func builtins() []Contract {
 		},
 		{
 			Name: "reward_model", Data: DataPreference,
-			Doc:      "Bradley–Terry reward model with a scalar head (ALGORITHMS.md E)",
+			Doc:      "Bradley–Terry reward model with a scalar head (Ouyang et al., 2022)",
 			Requires: func(c RoleConfig) []string { return trainOnly(c, lmForward, KeyChosen) },
 			Produces: func(RoleConfig) []string { return keys(KeyRewards) },
 		},
 		{
 			Name: "sft", Data: DataSFT,
-			Doc:      "supervised cross-entropy on completion tokens (ALGORITHMS.md F.1)",
+			Doc:      "supervised cross-entropy on completion tokens (Ouyang et al., 2022)",
 			Requires: func(c RoleConfig) []string { return keys(lmForward...) },
 			Produces: func(RoleConfig) []string { return keys(KeyLogProbs) },
 		},
 		{
 			Name: "opd", Data: DataRL,
-			Doc: "on-policy distillation: teacher−student log-prob gaps as precomputed advantages (ALGORITHMS.md F.2)",
+			Doc: "on-policy distillation: teacher−student log-prob gaps as precomputed advantages (Agarwal et al., 2024; Lu et al., 2025)",
 			Requires: func(c RoleConfig) []string {
 				return trainOnly(c, lmForward, KeySamplerLogProbs, KeyTeacherLogProbs)
 			},
@@ -124,25 +124,25 @@ func builtins() []Contract {
 		},
 		{
 			Name: "gkd", Data: DataRL,
-			Doc:      "GKD: generalized JSD to the teacher's full distribution (ALGORITHMS.md F.3)",
+			Doc:      "GKD: generalized JSD to the teacher's full distribution (Agarwal et al., 2024)",
 			Requires: func(c RoleConfig) []string { return trainOnly(c, lmForward, KeyTeacherLogits) },
 			Produces: func(RoleConfig) []string { return keys(KeyLogProbs, KeyLogits) },
 		},
 		{
 			Name: "dagger", Data: DataRL,
-			Doc:      "DAgger: cross-entropy on the teacher's labels at the student's states (ALGORITHMS.md F.4)",
+			Doc:      "DAgger: cross-entropy on the teacher's labels at the student's states (Ross et al., 2011)",
 			Requires: func(c RoleConfig) []string { return trainOnly(c, lmForward, KeyTeacherActions) },
 			Produces: func(RoleConfig) []string { return keys(KeyLogProbs, KeyActions) },
 		},
 		{
 			Name: "aggrevate", Data: DataRL, Teacher: true,
-			Doc:      "AggreVaTe: imitation weighted by the expert's cost-to-go (ALGORITHMS.md F.5)",
+			Doc:      "AggreVaTe: imitation weighted by the expert's cost-to-go (Ross & Bagnell, 2014)",
 			Requires: func(c RoleConfig) []string { return trainOnly(c, lmForward, KeyRewards) },
 			Produces: func(RoleConfig) []string { return keys(KeyLogProbs) },
 		},
 		{
 			Name: "mixed_loss_dagger_opd", Data: DataImitation, Teacher: true,
-			Doc: "β-blend of CE on teacher-executed and K3 on student-executed tokens (ALGORITHMS.md F.6)",
+			Doc: "β-blend of CE on teacher-executed and K3 on student-executed tokens (stx's own blend of SFT and K3, Schulman, 2020)",
 			Requires: func(c RoleConfig) []string {
 				return trainOnly(c, lmForward, KeyExecutedBy, KeyTeacherLogProbs)
 			},
@@ -150,13 +150,13 @@ func builtins() []Contract {
 		},
 		{
 			Name: "flow", Data: DataFlow,
-			Doc:      "rectified-flow velocity regression (ALGORITHMS.md H)",
+			Doc:      "rectified-flow velocity regression (Liu et al., 2022)",
 			Requires: func(RoleConfig) []string { return keys(KeySamples) },
 			Produces: func(RoleConfig) []string { return keys(KeyVelocity) },
 		},
 		{
 			Name: "flow_actor", Data: DataFlowRL, Estimator: true,
-			Doc: "Flow-GRPO: SDE step log-probs under a PPO clip (ALGORITHMS.md H)",
+			Doc: "Flow-GRPO: SDE step log-probs under a PPO clip (Liu et al., 2025)",
 			Requires: func(c RoleConfig) []string {
 				return trainOnly(c, []string{KeyTrajectories}, KeyRewards, KeySamplerLogProbs)
 			},

@@ -13,7 +13,7 @@ import (
 )
 
 // Critic is the PPO value model: the clipped value loss ½·agg(max((v − R)², (v_c − R)²))
-// on GAE returns (ALGORITHMS.md D, A.7). Its model needs a value head
+// on GAE returns (Schulman et al., 2016; 2017). Its model needs a value head
 // (runtime.Model.AddValueHead); the value at position t is V of the state before token
 // t+1, so the values it produces line up with the actor's advantages. v_old are the
 // rollout-time values (the rollout's values column, which this role produced).

@@ -14,7 +14,7 @@ import (
 )
 
 // OPD is on-policy distillation: the teacher−student log-prob gaps become precomputed
-// per-token advantages A = Σ_j γ^{j−t}·κ(lt_j − ls_j) (ALGORITHMS.md F.2), trained with
+// per-token advantages A = Σ_j γ^{j−t}·κ(lt_j − ls_j) (on-policy distillation, Agarwal et al., 2024), trained with
 // the importance_sampling loss (C.4) against the sampler's log-probs and reduced with
 // loss_agg_mode (tinker uses sum). Metric: teacher_kl (Σ mask·(ls − lt) / N).
 type OPD struct{ lmBase }
@@ -90,9 +90,9 @@ func tokenCount(batch Batch) *Node {
 func (s *OPD) Loss() runtime.LossFn { return lossFn(s) }
 
 // GKD is generalized knowledge distillation: the generalized JSD between the student's and
-// the teacher's full next-token distributions at every trainable position (ALGORITHMS.md
-// F.3; β = gkd_beta, τ = gkd_temperature), reduced with loss_agg_mode (token-mean is the
-// spec's "batchmean"). The teacher's logits arrive as a wide per-token column
+// the teacher's full next-token distributions at every trainable position (Agarwal et al.,
+// 2024; β = gkd_beta, τ = gkd_temperature), reduced with loss_agg_mode (token-mean is
+// trl's "batchmean"). The teacher's logits arrive as a wide per-token column
 // (teacher_logits/0 … teacher_logits/V−1, see SetTokenVectors). Mixing on-policy and
 // dataset batches (gkd_lambda) is the rollout side's concern.
 type GKD struct{ lmBase }
@@ -141,7 +141,7 @@ func (s *GKD) Produce() runtime.OutputFn {
 }
 
 // DAgger trains the student by cross-entropy on the teacher's labels at the states the
-// student visited (ALGORITHMS.md F.4, F.1): teacher_actions[t] is the teacher's token for
+// student visited (DAgger, Ross et al., 2011): teacher_actions[t] is the teacher's token for
 // slot t of the student's sequence (token ids stored as floats), ℓ = −log π(a*_t | s_t),
 // reduced with loss_agg_mode. As a teacher role it produces its greedy actions. Metric: nll.
 type DAgger struct{ lmBase }
@@ -189,7 +189,7 @@ func (s *DAgger) Produce() runtime.OutputFn {
 	}
 }
 
-// AggreVaTe is cost-to-go weighted imitation (ALGORITHMS.md F.5): a state is
+// AggreVaTe is cost-to-go weighted imitation (Ross & Bagnell, 2014): a state is
 // aggrevate_candidates consecutive rows (the same prefix, each followed by one candidate
 // action, mask 1 on the action's tokens); the row's reward is the expert's reward-to-go
 // G_k, so the cost is Q* = −G_k; L = −Σ_k (mean_k Q* − Q*_k)·log π(a_k|s), aggregated over
@@ -263,7 +263,7 @@ func (s *AggreVaTe) ComputeLoss(out Output, batch Batch, r loss.Reducer) (*Node,
 func (s *AggreVaTe) Loss() runtime.LossFn { return lossFn(s) }
 
 // MixedDaggerOPD is the β-blend of cross-entropy on teacher-executed tokens and K3
-// reverse KL on student-executed tokens (ALGORITHMS.md F.6): L = β·CE + (1−β)·K3 with β
+// reverse KL on student-executed tokens: L = β·CE + (1−β)·K3 with β
 // following the linear schedule from beta_start to beta_end over beta_decay_rollouts
 // (β = 1 pure CE, β = 0 pure K3), and k3_grad choosing the K3 gradient. executed_by is a
 // per-row flag: 1 when the teacher executed the row. Metrics: ce, k3, beta.

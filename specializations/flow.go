@@ -60,7 +60,7 @@ func rowVectors(data *estimators.Rollout, key string, rows []int, from, dim int)
 	return out
 }
 
-// FlowMatching trains a velocity model by rectified flow (ALGORITHMS.md H):
+// FlowMatching trains a velocity model by rectified flow (Liu et al., 2022):
 // x_σ = (1 − σ)x_0 + σε, u = ε − x_0, L = mean_samples mean_dims (v_θ(x_σ, σ) − u)², with
 // σ ~ U(0,1) or logit-normal (flow_sigma_sampling) and ε ~ N(0, I) drawn on the host from
 // opts.Seed and opts.Rollout.
@@ -157,7 +157,7 @@ func flowLossFn(s Flow) velocity.LossFn {
 	}
 }
 
-// FlowActor is Flow-GRPO (ALGORITHMS.md H): every SDE step of the sampler is a Gaussian
+// FlowActor is Flow-GRPO (Liu et al., 2025): every SDE step of the sampler is a Gaussian
 // policy step with log p(x_next | x) from the velocity model (noise level a =
 // flow_noise_level, σ_max = 1 − 1/flow_steps for σ = 1), trained with PPO (C.1, ε =
 // flow_clip_eps) on group-normalised rewards (r − mean)/(std + 1e-4) clipped to [−5, 5],

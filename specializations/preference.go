@@ -15,11 +15,11 @@ import (
 // Preference data: a pair is two consecutive rows (2i, 2i+1) of one prompt, one with
 // chosen = 1 and the other with chosen = 0 (in either order). Micro-batches hold whole
 // pairs; the pair count of the whole mini-batch is a batch input, so the micro-batch
-// losses add up to the mini-batch mean (ALGORITHMS.md E: loss = mean over pairs).
+// losses add up to the mini-batch mean (loss = mean over pairs, as in TRL).
 
 // Pairwise is the DPO family and its reference-free relatives on preference pairs:
 // dpo (sigmoid; cDPO with label_smoothing; hinge; ipo through dpo_loss_type), simpo and
-// orpo (ALGORITHMS.md E). Metrics: accuracy, margins, chosen_rewards, rejected_rewards
+// orpo (Rafailov et al., 2023; Azar et al., 2023; Meng et al., 2024; Hong et al., 2024). Metrics: accuracy, margins, chosen_rewards, rejected_rewards
 // (dpo), accuracy (simpo, orpo).
 type Pairwise struct {
 	lmBase
@@ -148,7 +148,7 @@ func (p *Pairwise) ComputeLoss(out Output, batch Batch, _ loss.Reducer) (*Node, 
 func (p *Pairwise) Loss() runtime.LossFn { return lossFn(p) }
 
 // KTO is Kahneman–Tversky optimisation on single examples labelled desirable (label 1) or
-// undesirable (label 0) (ALGORITHMS.md E). Its KL baseline z0 comes from the rollout's
+// undesirable (label 0) (KTO, Ethayarajh et al., 2024). Its KL baseline z0 comes from the rollout's
 // mismatched rows, label −1: a prompt with another example's completion (see
 // AddKTOMismatched), whose ref_log_probs the reference role produces with the rest. z0
 // is estimated per micro-batch from the micro-batch's mismatched rows (trl estimates it
@@ -297,7 +297,7 @@ func AddKTOMismatched(data *estimators.Rollout) (*estimators.Rollout, error) {
 
 // RewardModel is a Bradley–Terry reward model on preference pairs: the reward of a row is
 // its value head at the last token, ℓ = −log σ(r_c − r_r − m) (+ reward centering)
-// (ALGORITHMS.md E). It produces rewards (one per row) for a reward role. The model needs
+// (Bradley–Terry, as in Ouyang et al., 2022). It produces rewards (one per row) for a reward role. The model needs
 // a value head (runtime.Model.AddValueHead). Metric: accuracy.
 type RewardModel struct{ lmBase }
 

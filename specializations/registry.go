@@ -94,7 +94,7 @@ type RoleConfig struct {
 type Contract struct {
 	// Name the specialization is registered and selected under.
 	Name string
-	// Doc is one line with the formula's section in ALGORITHMS.md.
+	// Doc is one line naming the loss and the paper it comes from.
 	Doc string
 	// Data is the kind of data the role trains on.
 	Data DataKind

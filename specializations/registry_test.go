@@ -1,6 +1,7 @@
 package specializations
 
 import (
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -23,14 +24,17 @@ func TestRegistry(t *testing.T) {
 	}
 }
 
-// TestContracts: every built-in is documented with its ALGORITHMS.md
-// section, reads keys its data kind or a role can provide, and runs forward
-// only on the inputs of its forward pass when it is frozen.
+// citation matches a source cited in parentheses: an author and a year.
+var citation = regexp.MustCompile(`\([^)]*\b(19|20)\d\d\b[^)]*\)`)
+
+// TestContracts: every built-in's doc cites where its loss comes from, reads
+// keys its data kind or a role can provide, and runs forward only on the
+// inputs of its forward pass when it is frozen.
 func TestContracts(t *testing.T) {
 	for _, name := range Names() {
 		c, _ := Get(name)
-		if !strings.Contains(c.Doc, "ALGORITHMS.md") {
-			t.Errorf("%s: doc %q names no section", name, c.Doc)
+		if !citation.MatchString(c.Doc) {
+			t.Errorf("%s: doc %q cites no source", name, c.Doc)
 		}
 		if len(c.Data.Keys()) == 0 {
 			t.Errorf("%s: data kind %q provides no keys", name, c.Data)

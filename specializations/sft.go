@@ -10,7 +10,7 @@ import (
 )
 
 // SFT is supervised fine-tuning: cross-entropy on the completion tokens, ℓ = −logp_target
-// reduced with loss_agg_mode (ALGORITHMS.md F.1).
+// reduced with loss_agg_mode.
 type SFT struct{ lmBase }
 
 // NewSFT builds the sft specialization.

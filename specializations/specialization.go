@@ -49,7 +49,7 @@ type Specialization interface {
 	// reads exactly the keys of Contract().Requires and fails naming the first one absent.
 	// For a frozen role it prepares the forward inputs only.
 	PrepareBatch(data *estimators.Rollout, opts BatchOptions) ([]map[string]*tensors.Tensor, error)
-	// Reducer is the loss aggregation (ALGORITHMS.md C.0) of a micro-batch: the recipe's
+	// Reducer is the loss aggregation (loss_agg_mode) of a micro-batch: the recipe's
 	// loss_agg_mode with the mini-batch denominators that PrepareBatch put in the batch.
 	Reducer(batch Batch) loss.Reducer
 	// ComputeLoss builds the scalar loss and named scalar metrics from the model's output.

@@ -53,7 +53,7 @@ func TestScripts(t *testing.T) {
 					ts.Fatalf("exit status %d, want %d", got, want)
 				}
 			},
-			// savemodel DIR: save the built-in tiny model (seed 1) as a Hugging Face model
+			// savemodel DIR: save the built-in tiny model (random weights from seed 1) as a Hugging Face model
 			// directory, for scripts that need a model on disk.
 			"savemodel": func(ts *testscript.TestScript, neg bool, args []string) {
 				if neg || len(args) != 1 {

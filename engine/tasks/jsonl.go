@@ -60,12 +60,8 @@ func (s shape) kinds() []Kind {
 // bool, prompt non-empty. Mixed shapes, bad JSON, missing fields and wrong
 // types are errors naming file:line. LoadDataset reads other field names.
 func LoadJSONL(path string) ([]Example, error) {
-	exs, _, err := loadJSONL(path)
+	exs, _, err := loadJSONLCols(path, newColumns(schema.Columns{}))
 	return exs, err
-}
-
-func loadJSONL(path string) ([]Example, shape, error) {
-	return loadJSONLCols(path, newColumns(schema.Columns{}))
 }
 
 func loadJSONLCols(path string, cols columns) ([]Example, shape, error) {

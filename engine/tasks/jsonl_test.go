@@ -192,3 +192,7 @@ func TestJSONLTask(t *testing.T) {
 		}
 	}
 }
+
+func loadJSONL(path string) ([]Example, shape, error) {
+	return loadJSONLCols(path, newColumns(schema.Columns{}))
+}

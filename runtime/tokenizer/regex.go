@@ -243,13 +243,6 @@ func (s *splitRegex) find(text string, pos int) (start, end int, ok bool) {
 	return 0, 0, false
 }
 
-// split returns the pieces each produces, as a slice.
-func (s *splitRegex) split(text string, keepMatches bool) []string {
-	var out []string
-	s.each(text, !keepMatches, func(p string) { out = append(out, p) })
-	return out
-}
-
 // each cuts text into the matches of s and the gaps between them and calls
 // fn on each, in order: both (Hugging Face's "Isolated" behaviour), or only
 // the gaps with removeMatches ("Removed"). Empty matches produce no pieces.

@@ -2,9 +2,9 @@
 // its loss inside a GoMLX graph from *graph.Node inputs and returns the reduced loss
 // node with named metric nodes.
 //
-// Every formula follows /work/shared/ALGORITHMS.md (the normative spec; the section
-// is named in each function's doc comment) and is checked against the spec's test
-// vectors (testdata/algorithms.json) and against finite differences.
+// Every formula follows its paper or the reference implementation named in its
+// doc comment, and is checked against the test vectors in testdata/algorithms.json
+// and against finite differences.
 //
 // Conventions used throughout:
 //   - Token tensors are [rows, tokens] (B×T); masks hold 0/1 in any dtype (or bool)

@@ -16,7 +16,7 @@ import (
 )
 
 // testBackend is SimpleGo with an unlimited worker pool (the default pool can
-// deadlock, see NOTES.md) and ops executed one after another: v0.26's parallel op
+// deadlock) and ops executed one after another: v0.26's parallel op
 // executor has data races on its buffer-ownership counters (go test -race flags
 // exec.go:430 against :478, and a buffer reused in place while another op reads it).
 var testBackend = sync.OnceValues(func() (backends.Backend, error) {

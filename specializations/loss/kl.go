@@ -7,7 +7,7 @@ import (
 	. "github.com/gomlx/gomlx/pkg/core/graph" // the graph DSL reads like the spec's formulas
 )
 
-// KLEstimator names a per-token KL estimator of ALGORITHMS.md section B.
+// KLEstimator names a per-token KL estimator (k1, k2, k3 of Schulman, 2020, "Approximating KL divergence").
 type KLEstimator string
 
 // The estimators of section B (lp = logp, lq = ref_logp).

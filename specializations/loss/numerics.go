@@ -11,7 +11,7 @@ import (
 type Result struct {
 	// Loss is the reduced scalar loss (minimised).
 	Loss *Node
-	// Metrics are scalar nodes for logging (names as in ALGORITHMS.md, e.g. "clipfrac").
+	// Metrics are scalar nodes for logging (names as in verl, e.g. "clipfrac").
 	// Masked means are contributions over the reducer's token denominator, so with
 	// mini-batch denominators the micro-batches' values add up to the batch metric.
 	Metrics map[string]*Node

@@ -6,8 +6,8 @@ import (
 	. "github.com/gomlx/gomlx/pkg/core/graph" // the graph DSL reads like the spec's formulas
 )
 
-// PolicyBatch holds the [rows, tokens] tensors of a policy loss (ALGORITHMS.md
-// section C). Only LogProbs receives a gradient; every other input is treated as a
+// PolicyBatch holds the [rows, tokens] tensors of a policy loss (PPO and
+// its variants). Only LogProbs receives a gradient; every other input is treated as a
 // constant. Which of OldLogProbs / SamplerLogProbs is needed depends on the loss.
 type PolicyBatch struct {
 	LogProbs        *Node // logp under the policy being trained

@@ -6,7 +6,7 @@ import (
 	. "github.com/gomlx/gomlx/pkg/core/graph" // the graph DSL reads like the spec's formulas
 )
 
-// AggMode is a loss aggregation mode of ALGORITHMS.md section C.0 (`loss_agg_mode`).
+// AggMode is a loss aggregation mode (`loss_agg_mode`, as verl's).
 type AggMode string
 
 // The aggregation modes of section C.0. With L = Σ_{b,t} w[b,t]·ℓ[b,t]:

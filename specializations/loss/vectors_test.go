@@ -11,10 +11,10 @@ import (
 	. "github.com/gomlx/gomlx/pkg/core/graph"
 )
 
-// vectorFile is the spec's test-vector file (ALGORITHMS.md section L).
+// vectorFile is the spec's test-vector file (testdata/algorithms.json).
 const vectorFile = "../../testdata/algorithms.json"
 
-// sectionsOwned are the ALGORITHMS.md sections whose every case this package must consume.
+// sectionsOwned are the sections of the test-vector file whose every case this package must consume.
 const sectionsOwned = "BCDEFH"
 
 // vecCase is one test vector. Every input, param and output is read through the
@@ -194,14 +194,6 @@ func TestVectors(t *testing.T) {
 		t.Fatalf("no case of sections %s found in %s", sectionsOwned, vectorFile)
 	}
 	t.Logf("consumed %d cases of sections %s", consumed, sectionsOwned)
-}
-
-// must fails the case on a build error; used inside graph builders.
-func must[T any](v T, err error) T {
-	if err != nil {
-		panic(fmt.Errorf("graph build: %w", err))
-	}
-	return v
 }
 
 // ---- B ----

@@ -1,5 +1,5 @@
 // Package velocity is the small velocity model of stx's flow-matching specializations
-// (ALGORITHMS.md H): an MLP v_θ(x, σ) over continuous vectors, with its own plain
+// (Liu et al., 2022): an MLP v_θ(x, σ) over continuous vectors, with its own plain
 // Adam trainer. The language-model runtime has no such model, and flow matching needs
 // nothing more than this to be trained and tested end to end.
 //
@@ -122,7 +122,7 @@ type Adam struct {
 	// LR is the learning rate of the first step (0 at the start of a warmup);
 	// SetLR changes it between steps.
 	LR, Beta1, Beta2, Eps float64
-	// MaxGradNorm clips the global gradient norm (ALGORITHMS.md I.3); 0 turns clipping off.
+	// MaxGradNorm clips the global gradient norm (as torch's clip_grad_norm_); 0 turns clipping off.
 	MaxGradNorm float64
 }
 
@@ -222,7 +222,7 @@ func (t *Trainer) applyGraph(ctx *context.Context, in []*Node) []*Node {
 		grads[i] = Add(t.acc[i].ValueGraph(g), grads[i])
 		t.acc[i].SetValueGraph(ZerosLike(grads[i]))
 	}
-	// ALGORITHMS.md I.3: G = √Σg², g ← g·min(1, max/(G+1e-6)); a non-finite G
+	// Global-norm clipping: G = √Σg², g ← g·min(1, max/(G+1e-6)); a non-finite G
 	// skips the update (the accumulators are zeroed either way).
 	var sq *Node
 	for _, gr := range grads {
