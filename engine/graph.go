@@ -1,10 +1,3 @@
-// Package engine turns a validated recipe into a role graph and runs the
-// outer loop. It sits between the role branch (specializations, estimators)
-// and the backend branch (runtime) and knows neither losses nor tensors.
-//
-// The graph-level checks of `stx vet` live here, because they need the Go
-// registries: registered specializations, their key contracts, sync
-// endpoints and cycles, teacher and reward roles.
 package engine
 
 import (

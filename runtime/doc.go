@@ -1,20 +1,25 @@
 // Package runtime is stx's backend branch: it knows tensors and models and nothing of
 // algorithms. It provides
 //
-//   - backend selection (NewBackend): SimpleGo ("go", pure Go) by default, XLA through a PJRT
-//     plugin when configured ("xla:cuda", a plugin path, $GOMLX_BACKEND), never a download;
+//   - backend selection (NewBackend): stx's own "cpu" backend (runtime/cpu, OpenBLAS) by
+//     default, else SimpleGo ("go", pure Go); XLA through a PJRT plugin when configured
+//     ("xla:cuda", a plugin path, $GOMLX_BACKEND), never a download;
 //   - one decoder family for Llama 2/3.x (rope_scaling linear and llama3), Mistral (sliding
 //     window), Qwen2/2.5 and Qwen3 dense checkpoints (Model, Config, BuiltinConfig "tiny" and
 //     "bench"), with graph-level building blocks for the specializations: Forward, Logits,
-//     LogProbs, Entropy, ValueHead, MaskedMean and friends;
+//     LogProbs, Entropy, ValueHead, MaskedMean and friends; configs that name another
+//     architecture are refused with a clear error;
 //   - Hugging Face layout IO (LoadModel, OpenModel, Model.SaveHF) on top of
 //     runtime/safetensors: f32, bf16, f16 and f64 weights, saved back in their dtype; configs
-//     and safetensors headers checked against size limits before anything is allocated;
+//     and safetensors headers checked against size limits before anything is allocated; a
+//     model directory's side files (tokenizer.json, chat template) copied with saved weights
+//     (ReadModelFile);
 //   - training (Trainer): gradients of a loss built in the graph by a LossFn, accumulation over
 //     micro-batches, global-norm clipping, AdamW with PyTorch semantics, LR schedules, atomic
 //     checkpoints that resume bit-exactly;
-//   - forward-only scoring (Scorer, Evaluator, ScoreJSONL) and generation with a host-side KV
-//     cache (Sampler);
+//   - forward-only scoring (Scorer, Evaluator, ScoreJSONL, ScoreJSONLChat with a chat template
+//     of runtime/chat) and generation with a host-side KV cache (Sampler), decoded in plain Go
+//     on the CPU backends;
 //   - the measurements behind `stx bench` (Bench).
 //
 // Graphs are compiled per input shape; callers pad sequence lengths and batch sizes to the

@@ -1,6 +1,9 @@
 // Package schema is stx's recipe language: the CUE schema embedded in the
 // binary, loading of recipe files, validation with file:line:col errors,
-// command-line and environment overrides, and decoding into Go structs.
+// the cross-knob bounds CUE cannot express (checks.go), command-line and
+// environment overrides, the knob documentation read from the schema's own
+// comments (KnobDocs, for `stx knobs`), and decoding into Go
+// structs (types.go; task.workflow in workflow.go).
 //
 // It knows CUE and nothing of training: checks that need the registries of
 // specializations or estimators live in the engine, which passes the

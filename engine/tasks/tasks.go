@@ -1,9 +1,13 @@
 // Package tasks holds the data stx trains on and the reward functions that
 // score completions: the built-in synthetic tasks (arithmetic, sorting,
 // reverse: small text problems a byte-level model can learn; mixture2d:
-// 2-D points for the flow-matching recipes), JSONL datasets, a registry the
-// engine closes the schema's #TaskName over, and the weighted reward
-// functions of a recipe's task section.
+// 2-D points for the flow-matching recipes), datasets in JSONL, JSON and
+// Parquet with chat or plain-text prompts, a registry the engine closes the
+// schema's #TaskName over, and the weighted reward functions of a recipe's
+// task section: built-in checks (exact_match, numeric_match, math answer
+// verification for GSM8K- and MATH-style data, contains, regex, format,
+// think_format, length_penalty) and external scorers (a command or an
+// HTTP endpoint, scoring whole batches).
 //
 // The registered tasks (NewFor builds them from a recipe's task section and
 // knobs):

@@ -51,4 +51,9 @@
 // all of them in one batched call per turn. Which episode runs in which slot
 // and every seed depend only on the run's seed, so a deterministic
 // environment gives the same episodes on every run (timeouts aside).
+//
+// # Built-in environment
+//
+// ServeCalculator is an example environment that speaks this protocol (`stx
+// env calculator`): a calculator tool for arithmetic word problems.
 package workflow

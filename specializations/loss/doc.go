@@ -11,8 +11,8 @@
 //     and are converted to the dtype of the log-probs. Masked positions never leak
 //     into a value or a gradient, even when they hold huge or garbage numbers.
 //   - All computations keep the dtype of their float inputs; run them in float32 or
-//     wider (the spec asks for float32-or-wider log-prob differences).
-//   - Token losses are reduced with a Reducer (section C.0) whose denominators can be
+//     wider (log-prob differences lose too much in bf16 or f16).
+//   - Token losses are reduced with a Reducer (loss_agg_mode) whose denominators can be
 //     those of the whole optimizer-step mini-batch, so micro-batches add their
 //     Σ w·ℓ and the summed gradients equal the gradient of the full batch.
 //   - An empty batch is an all-zero mask (or a count of 0), never a zero-size
