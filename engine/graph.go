@@ -198,7 +198,7 @@ func BuildGraph(r *schema.Recipe) (*Graph, []Problem) {
 		}
 	}
 	if r.Knobs.TISCap != nil && slices.ContainsFunc(g.Nodes, func(n Node) bool { return n.Role.Trainable && n.Contract.Name == "actor" }) {
-		// C.7's weight min(exp(old_logp − sampler_logp), cap) needs the
+		// truncated importance-sampling weight min(exp(old_logp − sampler_logp), cap) needs the
 		// policy's own pre-update log-probs, which the actor does not
 		// compute yet; refusing beats silently ignoring the knob.
 		add("knobs.tis_cap", "the truncated importance-sampling correction (TIS) is not supported yet: remove tis_cap")

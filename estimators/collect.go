@@ -15,7 +15,7 @@ type Step struct {
 	// Mask has one entry per token: 1 for trainable response tokens, 0 for prompt, tool
 	// observation and padding tokens. Nil means 1 on every response token and 0 on the prompt.
 	Mask []float32
-	// Advantage is the advantage the workflow supplied for this step, or nil (A.8).
+	// Advantage is the advantage the workflow supplied for this step, or nil.
 	Advantage *Advantage
 	// Values are the critic's rollout-time predictions, one per token; token-level estimators
 	// such as GAE need them. Nil when the role has no critic.
@@ -67,11 +67,11 @@ const ZeroAdvantageTol = 1e-8
 // rLLM's broadcast pipeline:
 //
 //   - a group whose role uses the "precomputed" estimator, or whose role config has
-//     UsePrecomputed and whose steps carry supplied advantages, keeps those advantages (A.8);
+//     UsePrecomputed and whose steps carry supplied advantages, keeps those advantages;
 //   - every other group of a role goes, together with the role's other such groups, through the
 //     role's estimator (cfg.For(role)); supplied advantages are then overwritten, with a warning;
 //   - an outcome estimator's per-trajectory advantage is broadcast to every trainable token of
-//     every step (A.9); a token estimator's output is used per token.
+//     every step; a token estimator's output is used per token.
 //
 // The metrics are computed per role over trajectory rewards and over the advantages (one per
 // trajectory for outcome estimators, one per trainable token otherwise).
@@ -313,7 +313,7 @@ func checkTokenOutput(name, what string, got, mask [][]float64) error {
 }
 
 // BroadcastTrajectory gives every token of every step of a trajectory the trajectory's
-// advantage a times the token's mask (A.9): a on trainable tokens, 0 elsewhere.
+// advantage a times the token's mask: a on trainable tokens, 0 elsewhere.
 func BroadcastTrajectory(a float64, stepMasks [][]float32) [][]float32 {
 	out := make([][]float32, len(stepMasks))
 	for s, m := range stepMasks {

@@ -7,7 +7,7 @@ import (
 )
 
 // Config parameterises one advantage estimator. Start from DefaultConfig: the zero value is not
-// the spec's default (NormByStd and Whiten default to true).
+// the default (NormByStd and Whiten default to true).
 type Config struct {
 	// Name is the registered estimator ("grpo", "rloo", "gae", "precomputed", or a custom one).
 	Name string
@@ -36,7 +36,7 @@ const (
 	DefaultWhitenEps = 1e-8
 )
 
-// DefaultConfig returns the spec's defaults: GRPO with std normalisation, ε = 1e-6, ddof 0,
+// DefaultConfig returns verl's defaults: GRPO with std normalisation, ε = 1e-6, ddof 0,
 // GAE γ = λ = 1 with whitening.
 func DefaultConfig() Config {
 	return Config{

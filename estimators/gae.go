@@ -5,7 +5,7 @@ import (
 	"math"
 )
 
-// GAEAdvantages is A.7: generalised advantage estimation over per-token rewards and critic
+// GAEAdvantages is GAE (Schulman et al., 2016): generalised advantage estimation over per-token rewards and critic
 // values. Tokens with mask 0 (prompt, tool observations, padding) are skipped: they get advantage
 // 0, consume no discount step, and their values and rewards are ignored. Consecutive rows with the
 // same traj value are the steps of one trajectory and the recursion runs across them, from the

@@ -40,7 +40,7 @@ func init() {
 	MustRegister(precomputedEstimator{})
 }
 
-// GRPOAdvantages computes A.1 for every group: (r − mean)/(std + eps) with normByStd, else
+// GRPOAdvantages computes GRPO (Shao et al., 2024) for every group: (r − mean)/(std + eps) with normByStd, else
 // r − mean. Singleton groups use mean 0 and std 1 (R1); groups whose rewards are all equal get
 // exact zeros (R2); empty groups give empty output (R3). The result is finite for finite input.
 func GRPOAdvantages(groups [][]float64, normByStd bool, eps float64, ddof int) [][]float64 {
@@ -86,7 +86,7 @@ func grpoGroup(r, dst []float64, normByStd bool, eps float64, ddof int) {
 	}
 }
 
-// ReinforceAdvantages is A.3: A = r (a copy).
+// ReinforceAdvantages is REINFORCE (Williams, 1992): A = r (a copy).
 func ReinforceAdvantages(groups [][]float64) [][]float64 {
 	out := make([][]float64, len(groups))
 	for g, r := range groups {
@@ -95,7 +95,7 @@ func ReinforceAdvantages(groups [][]float64) [][]float64 {
 	return out
 }
 
-// RLOOAdvantages is A.5: A_i = r_i − mean of the other rewards = n/(n−1)·(r_i − mean); a
+// RLOOAdvantages is RLOO (Ahmadian et al., 2024): A_i = r_i − mean of the other rewards = n/(n−1)·(r_i − mean); a
 // singleton keeps its reward and an all-equal group gets exact zeros.
 func RLOOAdvantages(groups [][]float64) [][]float64 {
 	out := make([][]float64, len(groups))
@@ -119,7 +119,7 @@ func RLOOAdvantages(groups [][]float64) [][]float64 {
 	return out
 }
 
-// ReinforcePPBaselineAdvantages is A.4: centre by the group mean (R1, R2), then divide by the
+// ReinforcePPBaselineAdvantages is REINFORCE++-baseline (Hu, 2025): centre by the group mean (R1, R2), then divide by the
 // std of all centred values of the batch plus eps, without re-centring. A batch whose centred
 // values are all equal (including a batch of one trajectory) gets zeros.
 func ReinforcePPBaselineAdvantages(groups [][]float64, eps float64, ddof int) [][]float64 {
@@ -166,7 +166,7 @@ func ReinforcePPBaselineAdvantages(groups [][]float64, eps float64, ddof int) []
 	return centred
 }
 
-// ReMaxAdvantages is A.6: A_i = r_i − b_i with b_i the reward of the greedy rollout of the same
+// ReMaxAdvantages is ReMax (Li et al., 2023): A_i = r_i − b_i with b_i the reward of the greedy rollout of the same
 // prompt. Every group needs one baseline per trajectory.
 func ReMaxAdvantages(groups, baselines [][]float64) ([][]float64, error) {
 	if len(baselines) != len(groups) {

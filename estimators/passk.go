@@ -6,7 +6,7 @@ import (
 )
 
 // PassAtK is the unbiased pass@k estimator of one problem with c correct out of n samples
-// (section J): 1 − C(n−c, k)/C(n, k), computed as 1 − Π_{i=n−c+1}^{n} (1 − k/i) so that no
+// (Chen et al., 2021): 1 − C(n−c, k)/C(n, k), computed as 1 − Π_{i=n−c+1}^{n} (1 − k/i) so that no
 // binomial is formed; 1 when n − c < k. It needs 0 ≤ c ≤ n and 1 ≤ k ≤ n.
 func PassAtK(n, c, k int) (float64, error) {
 	if n < 1 {

@@ -5,7 +5,7 @@ import (
 	"math"
 )
 
-// Advantage is an advantage a workflow or specialization supplies for one step (A.8): either
+// Advantage is an advantage a workflow or specialization supplies for one step: either
 // one scalar for every response token, or one value per response token.
 type Advantage struct {
 	// IsScalar selects Scalar; otherwise PerToken is used.
@@ -32,7 +32,7 @@ const (
 	SuppliedWrongLength                     // per-token list of the wrong length: zeros
 )
 
-// PrecomputedTokens expands a supplied advantage to responseLen per-token values (A.8): a
+// PrecomputedTokens expands a supplied advantage to responseLen per-token values: a
 // per-token list of the right length is used as is, a scalar is broadcast, and a missing
 // advantage or a list of the wrong length gives zeros. status says which case applied.
 func PrecomputedTokens(a *Advantage, responseLen int) (vals []float64, status SupplyStatus) {

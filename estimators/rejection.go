@@ -25,7 +25,7 @@ type RejectionConfig struct {
 	MaxGenBatches int
 }
 
-// DefaultRejectionConfig returns the spec's defaults: min 2 trajectories per group, uniform
+// DefaultRejectionConfig returns the defaults: min 2 trajectories per group, uniform
 // groups kept, tolerance 1e-8, one partially solved task, no batch target, no cap.
 func DefaultRejectionConfig() RejectionConfig {
 	return RejectionConfig{MinTrajsPerGroup: 2, UniformTol: 1e-8, MinPartialSolveTasks: 1}
@@ -75,7 +75,7 @@ type FilterResult struct {
 	Proceed bool
 }
 
-// FilterGroups applies steps 2–4 of section G to groups of rewards, one group per task:
+// FilterGroups applies rejection and dynamic sampling (DAPO, Yu et al., 2025) to groups of rewards, one group per task:
 // drop groups with fewer than MinTrajsPerGroup trajectories, then (if FilterUniformGroups) groups
 // whose reward span is at most UniformTol, and classify the tasks that passed step 2 by how many
 // of their trajectories are correct. isCorrect must have the shape of rewards.
@@ -155,7 +155,7 @@ type Rejection struct {
 	Metrics map[string]float64
 }
 
-// Reject applies steps 2–4 of section G to trajectory groups. Tasks are classified by TaskID
+// Reject applies rejection and dynamic sampling (DAPO, Yu et al., 2025) to trajectory groups. Tasks are classified by TaskID
 // over all their groups that passed the min-trajectories filter (several roles may share a task).
 func Reject(groups []Group, cfg RejectionConfig) (Rejection, error) {
 	rewards := make([][]float64, len(groups))
@@ -218,7 +218,7 @@ func Reject(groups []Group, cfg RejectionConfig) (Rejection, error) {
 	return out, nil
 }
 
-// Accumulator implements dynamic sampling (section G, steps 4 and 5): the engine feeds it one
+// Accumulator implements DAPO's dynamic sampling (Yu et al., 2025): the engine feeds it one
 // rollout batch of groups after another; it filters each batch with Reject, keeps the survivors,
 // and releases a training batch once enough partially solved tasks (MinPartialSolveTasks) and
 // enough groups (TrainBatchGroups, truncating the excess) have been gathered. When MaxGenBatches

@@ -26,9 +26,9 @@ const (
 )
 
 // Actor is the policy-gradient actor (PPO, Schulman et al., 2017, and its variants): L = L_pg + kl_loss_coef·agg(KL)
-// − entropy_coef·agg(H), with L_pg one of ppo (C.1, clip-higher, optional dual clip), gspo
-// (C.2), cispo (C.3), importance_sampling (C.4), dro (C.5) or pg (C.6); KL to the
-// reference (B: k1/k2/k3) as a loss term (B.4) or folded into the reward (B.5);
+// − entropy_coef·agg(H), with L_pg one of ppo (clip-higher, optional dual clip), gspo,
+// cispo, importance_sampling, dro (both tinker's) or pg; KL to the reference (k1/k2/k3,
+// Schulman, 2020) as a loss term or folded into the reward;
 // advantages from the estimators registry (A). The behaviour policy of the ratio is the
 // sampler (sampler_log_probs): one pass over fresh rollouts. Metrics: clipfrac, ppo_kl
 // (approximate KL to the behaviour policy), ratio_mean/max/min (ppo), pg_loss, entropy,
@@ -76,8 +76,8 @@ func (a *Actor) estimatorConfig() estimators.Config {
 	return c
 }
 
-// ComputeAdvantages runs the role's estimator over data (section A). With use_kl_in_reward
-// the k1 KL between the sampler and the reference is folded into the reward first (B.5):
+// ComputeAdvantages runs the role's estimator over data. With use_kl_in_reward
+// the k1 KL between the sampler and the reference is folded into the reward first:
 // per token for token-level estimators (GAE), summed over the row's trainable tokens for
 // outcome estimators. It writes data's advantages (and returns) columns and, with the KL
 // penalty, replaces data.Reward or the token_rewards column: pass a copy to keep the
@@ -213,7 +213,7 @@ func boundNodes(batch Batch, keys ...string) ([]*Node, error) {
 	return nodes, nil
 }
 
-// ComputeLoss is section C.7's actor objective.
+// ComputeLoss is the full actor objective.
 func (a *Actor) ComputeLoss(out Output, batch Batch, r loss.Reducer) (*Node, map[string]*Node, error) {
 	k := a.cfg.Knobs
 	lp, mask := out[KeyLogProbs], batch[bLossMask]

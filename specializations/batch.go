@@ -250,7 +250,7 @@ func rowValues(col []float64, rows []int) *tensors.Tensor {
 	return tensors.FromFlatDataAndDimensions(out, len(rows))
 }
 
-// shiftedMasks returns the target-position masks of rows (for section C.0 counts).
+// shiftedMasks returns the target-position masks of rows (for loss_agg_mode counts).
 func shiftedMasks(mask [][]float32, rows []int) [][]float32 {
 	out := make([][]float32, len(rows))
 	for i, row := range rows {
@@ -263,7 +263,7 @@ func shiftedMasks(mask [][]float32, rows []int) [][]float32 {
 	return out
 }
 
-// denominators puts the mini-batch's section C.0 counts into every micro-batch.
+// denominators puts the mini-batch's loss_agg_mode counts into every micro-batch.
 func denominators(mbs []map[string]*tensors.Tensor, c loss.Counts) {
 	for _, mb := range mbs {
 		mb[bDenTokens] = scalarF32(float64(c.Tokens))

@@ -8,7 +8,7 @@ import (
 )
 
 // BenchmarkActorPrepareBatch measures the host side of an actor step: GRPO advantages,
-// padding, shifting and C.0 counts of 8 rows.
+// padding, shifting and loss_agg_mode counts of 8 rows.
 func BenchmarkActorPrepareBatch(b *testing.B) {
 	cfg := RoleConfig{Role: schema.Role{Name: "r", Specialization: "actor", Trainable: true}, Knobs: defaultKnobs()}
 	s, err := New(cfg)

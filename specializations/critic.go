@@ -66,7 +66,7 @@ func (c *Critic) ExtractModelOutput(ctx *context.Context, m *runtime.Model, batc
 	return Output{KeyValues: v}, nil
 }
 
-// ComputeLoss is section D's clipped value loss (ε_v = cliprange_value).
+// ComputeLoss is PPO's clipped value loss (ε_v = cliprange_value).
 func (c *Critic) ComputeLoss(out Output, batch Batch, r loss.Reducer) (*Node, map[string]*Node, error) {
 	res, err := loss.ValueLoss(out[KeyValues], batch[KeyValues], batch[estimators.KeyReturns], batch[bLossMask],
 		loss.ValueConfig{ClipRange: c.cfg.Knobs.ClipRangeValue}, r)

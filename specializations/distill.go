@@ -15,7 +15,7 @@ import (
 
 // OPD is on-policy distillation: the teacher−student log-prob gaps become precomputed
 // per-token advantages A = Σ_j γ^{j−t}·κ(lt_j − ls_j) (on-policy distillation, Agarwal et al., 2024), trained with
-// the importance_sampling loss (C.4) against the sampler's log-probs and reduced with
+// tinker's importance_sampling loss against the sampler's log-probs and reduced with
 // loss_agg_mode (tinker uses sum). Metric: teacher_kl (Σ mask·(ls − lt) / N).
 type OPD struct{ lmBase }
 
@@ -28,13 +28,13 @@ func NewOPD(cfg RoleConfig) (*OPD, error) {
 
 // Batch keys of the distillation specializations.
 const (
-	bTeacherMask   = "teacher_mask"   // F.6: trainable tokens of teacher-executed rows
-	bStudentMask   = "student_mask"   // F.6: trainable tokens of student-executed rows
-	bTeacherTokens = "den_teacher"    // F.6: Σ m^𝒯 of the mini-batch
-	bStudentTokens = "den_student"    // F.6: Σ m^𝒮 of the mini-batch
-	bBeta          = "beta"           // F.6: β of this rollout
-	bCosts         = "costs"          // F.5: cost-to-go of each candidate row
-	bTeacherIDs    = "teacher_labels" // F.4: the teacher's token at each target position
+	bTeacherMask   = "teacher_mask"   // CE + K3 blend: trainable tokens of teacher-executed rows
+	bStudentMask   = "student_mask"   // CE + K3 blend: trainable tokens of student-executed rows
+	bTeacherTokens = "den_teacher"    // CE + K3 blend: Σ m^𝒯 of the mini-batch
+	bStudentTokens = "den_student"    // CE + K3 blend: Σ m^𝒮 of the mini-batch
+	bBeta          = "beta"           // CE + K3 blend: β of this rollout
+	bCosts         = "costs"          // AggreVaTe: cost-to-go of each candidate row
+	bTeacherIDs    = "teacher_labels" // DAgger: the teacher's token at each target position
 )
 
 // PrepareBatch reads tokens, loss_mask, sampler_log_probs and teacher_log_probs.
@@ -114,7 +114,7 @@ func (s *GKD) PrepareBatch(data *estimators.Rollout, opts BatchOptions) ([]map[s
 	})
 }
 
-// ComputeLoss is section F.3's generalized JSD.
+// ComputeLoss is GKD's generalized JSD.
 func (s *GKD) ComputeLoss(out Output, batch Batch, r loss.Reducer) (*Node, map[string]*Node, error) {
 	logits, teacher := out[KeyLogits], batch[KeyTeacherLogits]
 	if !logits.Shape().Equal(teacher.Shape()) {
@@ -169,7 +169,7 @@ func (s *DAgger) ExtractModelOutput(ctx *context.Context, m *runtime.Model, batc
 	return Output{KeyLogProbs: runtime.LogProbs(logits, batch[bTeacherIDs])}, nil
 }
 
-// ComputeLoss is the cross-entropy of F.1 on the teacher's labels.
+// ComputeLoss is the SFT cross-entropy on the teacher's labels.
 func (s *DAgger) ComputeLoss(out Output, batch Batch, r loss.Reducer) (*Node, map[string]*Node, error) {
 	res, err := loss.SFT(out[KeyLogProbs], batch[bLossMask], r)
 	if err != nil {
@@ -245,7 +245,7 @@ func (s *AggreVaTe) PrepareBatch(data *estimators.Rollout, opts BatchOptions) ([
 	return mbs, nil
 }
 
-// ComputeLoss is section F.5's surrogate.
+// ComputeLoss is AggreVaTe's surrogate.
 func (s *AggreVaTe) ComputeLoss(out Output, batch Batch, r loss.Reducer) (*Node, map[string]*Node, error) {
 	K := s.cfg.Knobs.AggrevateCandidates
 	lp := out[KeyLogProbs]
@@ -316,7 +316,7 @@ func (s *MixedDaggerOPD) PrepareBatch(data *estimators.Rollout, opts BatchOption
 	return mbs, nil
 }
 
-// ComputeLoss is section F.6's blend.
+// ComputeLoss is the β-blend of CE and K3.
 func (s *MixedDaggerOPD) ComputeLoss(out Output, batch Batch, _ loss.Reducer) (*Node, map[string]*Node, error) {
 	lp := out[KeyLogProbs]
 	res, err := loss.MixedCEK3(loss.MixedBatch{

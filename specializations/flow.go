@@ -159,7 +159,7 @@ func flowLossFn(s Flow) velocity.LossFn {
 
 // FlowActor is Flow-GRPO (Liu et al., 2025): every SDE step of the sampler is a Gaussian
 // policy step with log p(x_next | x) from the velocity model (noise level a =
-// flow_noise_level, σ_max = 1 − 1/flow_steps for σ = 1), trained with PPO (C.1, ε =
+// flow_noise_level, σ_max = 1 − 1/flow_steps for σ = 1), trained with PPO (ε =
 // flow_clip_eps) on group-normalised rewards (r − mean)/(std + 1e-4) clipped to [−5, 5],
 // one advantage per trajectory for all its steps. A row is one transition (see
 // trajectories); its sampler_log_probs is a per-row column. Metrics: clipfrac, ppo_kl,

@@ -13,7 +13,7 @@ import (
 )
 
 // lmBase is what every language-model specialization shares: its contract and role
-// config, the C.0 reducer, the forward pass and the forward-only outputs.
+// config, the loss_agg_mode reducer, the forward pass and the forward-only outputs.
 type lmBase struct {
 	contract Contract
 	cfg      RoleConfig
@@ -121,7 +121,7 @@ func (b lmBase) forwardBatches(data *estimators.Rollout, opts BatchOptions, unit
 }
 
 // lmBatches cuts data into micro-batches of opts.MicroBatchSize units of unit rows (1 for
-// sequences, 2 for preference pairs), with the forward keys, the C.0 denominators of the
+// sequences, 2 for preference pairs), with the forward keys, the loss_agg_mode denominators of the
 // whole mini-batch, and whatever extra adds for each micro-batch's rows.
 func (b lmBase) lmBatches(data *estimators.Rollout, opts BatchOptions, unit int,
 	extra func(mb map[string]*tensors.Tensor, rows []int) error) ([]map[string]*tensors.Tensor, error) {

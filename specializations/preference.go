@@ -121,7 +121,7 @@ func pairBatch(lp *Node, batch Batch, withRef bool) (loss.PairBatch, error) {
 	return pb, nil
 }
 
-// ComputeLoss is the section E loss of the specialization.
+// ComputeLoss is the specialization's preference loss.
 func (p *Pairwise) ComputeLoss(out Output, batch Batch, _ loss.Reducer) (*Node, map[string]*Node, error) {
 	k := p.cfg.Knobs
 	pb, err := pairBatch(out[KeyLogProbs], batch, p.contract.Name == "dpo")
@@ -183,7 +183,7 @@ func (s *KTO) PrepareBatch(data *estimators.Rollout, opts BatchOptions) ([]map[s
 	return mbs, err
 }
 
-// ComputeLoss is section E's KTO loss: mean over the examples of the mini-batch.
+// ComputeLoss is the KTO loss: mean over the examples of the mini-batch.
 func (s *KTO) ComputeLoss(out Output, batch Batch, _ loss.Reducer) (*Node, map[string]*Node, error) {
 	k := s.cfg.Knobs
 	p, _, err := loss.SequenceLogProbs(out[KeyLogProbs], batch[bLossMask])

@@ -114,8 +114,8 @@ func TestProducedKeys(t *testing.T) {
 }
 
 // TestMicroBatchesAddUp: for every aggregation mode, cutting a mini-batch into
-// micro-batches gives the same loss and gradient norm as one micro-batch (C.0
-// denominators of the whole mini-batch).
+// micro-batches gives the same loss and gradient norm as one micro-batch (the aggregation
+// denominators are those of the whole mini-batch).
 func TestMicroBatchesAddUp(t *testing.T) {
 	for _, spec := range []string{"actor", "sft"} {
 		for _, mode := range loss.AggModes() {

@@ -27,7 +27,7 @@ func (s *SFT) PrepareBatch(data *estimators.Rollout, opts BatchOptions) ([]map[s
 	return s.lmBatches(data, opts, 1, nil)
 }
 
-// ComputeLoss is section F.1's cross-entropy. Metric: nll.
+// ComputeLoss is the SFT cross-entropy. Metric: nll.
 func (s *SFT) ComputeLoss(out Output, batch Batch, r loss.Reducer) (*Node, map[string]*Node, error) {
 	res, err := loss.SFT(out[KeyLogProbs], batch[bLossMask], r)
 	if err != nil {

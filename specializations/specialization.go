@@ -28,7 +28,7 @@ type BatchOptions struct {
 	MicroBatchSize int
 	// Pad is the token id used for padding (the model's PAD).
 	Pad int32
-	// Rollout is the 0-based rollout index, for knobs that follow a schedule (β of F.6).
+	// Rollout is the 0-based rollout index, for knobs that follow a schedule (β of the mixed CE + K3 blend).
 	Rollout int
 	// Seed makes any host-side sampling of the batch (flow σ and noise) reproducible.
 	Seed uint64

@@ -4,11 +4,11 @@ import (
 	"fmt"
 	"math"
 
-	. "github.com/gomlx/gomlx/pkg/core/graph" // the graph DSL reads like the spec's formulas
+	. "github.com/gomlx/gomlx/pkg/core/graph" // the graph DSL reads like the formulas
 )
 
 // Entropy returns the categorical entropy H = −Σ_v p_v·log p_v of softmax(logits)
-// over the last axis (section C.7), e.g. [B,T,V] → [B,T]. It is computed from the
+// over the last axis, e.g. [B,T,V] → [B,T]. It is computed from the
 // log-softmax (max-shifted logsumexp), so large logits do not overflow, and
 // −Inf logits (banned tokens) contribute 0.
 func Entropy(logits *Node) *Node {
@@ -19,7 +19,7 @@ func Entropy(logits *Node) *Node {
 	return Neg(ReduceSum(Mul(p, Where(support, logp, ZerosLike(logp))), -1))
 }
 
-// TruncatedISWeight is the rollout-correction weight of section C.7,
+// TruncatedISWeight is the rollout-correction weight of truncated importance sampling (TIS),
 // sg(min(exp(old_logp − sampler_logp), cap)) (cap default 2.0), to be set as
 // PolicyBatch.TokenWeights. It is computed as exp(min(log-ratio, log cap)), so a
 // huge log-ratio cannot overflow.
@@ -35,7 +35,7 @@ func TruncatedISWeight(oldLogp, samplerLogp *Node, tisCap float64) (*Node, error
 	return StopGradient(Exp(MinScalar(lr, math.Log(tisCap)))), nil
 }
 
-// ActorTerms are the optional extra terms of the full actor objective (section C.7).
+// ActorTerms are the optional extra terms of the full actor objective.
 // Coefficients are scalar nodes so that hot-reloaded or scheduled values can be fed
 // without recompiling; a nil tensor or coefficient turns its term off.
 type ActorTerms struct {
@@ -45,7 +45,7 @@ type ActorTerms struct {
 	EntropyCoef *Node // entropy_coef
 }
 
-// ActorLoss is the full actor objective of section C.7:
+// ActorLoss is the full actor objective:
 // L_actor = L_pg + kl_loss_coef·agg(KL) − entropy_coef·agg(H), all aggregated with r
 // over mask. It keeps pg's metrics and aux and adds "pg_loss", "kl_loss" and
 // "entropy" (the aggregated terms before their coefficients).

@@ -4,10 +4,10 @@ import (
 	"fmt"
 	"math"
 
-	. "github.com/gomlx/gomlx/pkg/core/graph" // the graph DSL reads like the spec's formulas
+	. "github.com/gomlx/gomlx/pkg/core/graph" // the graph DSL reads like the formulas
 )
 
-// SFT is the supervised cross-entropy of section F.1: ℓ[b,t] = −logp_target[b,t] on
+// SFT is the supervised cross-entropy: ℓ[b,t] = −logp_target[b,t] on
 // completion tokens (mask), reduced with r (default token-mean; tinker's
 // cross_entropy is sum). Metric: nll (masked token mean). Aux: token_loss.
 func SFT(targetLogp, mask *Node, r Reducer) (Result, error) {
@@ -25,7 +25,7 @@ func SFT(targetLogp, mask *Node, r Reducer) (Result, error) {
 	return res, nil
 }
 
-// OPDConfig configures the on-policy distillation advantages of section F.2.
+// OPDConfig configures the on-policy distillation advantages of on-policy distillation (Agarwal et al., 2024).
 type OPDConfig struct {
 	KLCoef   float64 // κ (kl_penalty_coef), default 1
 	Discount float64 // γ_kl (kl_discount_factor) in [0, 1], default 0 (each token credited alone)
@@ -34,14 +34,14 @@ type OPDConfig struct {
 	ClipMin, ClipMax float64
 }
 
-// DefaultOPDConfig is κ = 1, γ_kl = 0, no clip (section F.2 defaults).
+// DefaultOPDConfig is κ = 1, γ_kl = 0, no clip (the usual on-policy distillation setting).
 func DefaultOPDConfig() OPDConfig { return OPDConfig{KLCoef: 1} }
 
 // OPDAdvantages computes the precomputed per-token advantages of on-policy
-// distillation (section F.2) on the host: a_t = κ(lt_t − ls_t)·mask_t,
+// distillation (Agarwal et al., 2024) on the host: a_t = κ(lt_t − ls_t)·mask_t,
 // A_t = Σ_{j≥t} γ^{j−t} a_j (masked positions add 0 but consume a discount step),
 // optionally clipped, then masked, plus env (any reward advantage already present;
-// nil = none). The loss is then importance_sampling (section C.4) with
+// nil = none). The loss is then tinker's importance_sampling with
 // sampler_logp = ls, reduction sum.
 func OPDAdvantages(teacherLogp, samplerLogp, mask, env [][]float64, cfg OPDConfig) ([][]float64, error) {
 	if cfg.Discount < 0 || cfg.Discount > 1 {
@@ -85,7 +85,7 @@ func OPDAdvantages(teacherLogp, samplerLogp, mask, env [][]float64, cfg OPDConfi
 	return out, nil
 }
 
-// TeacherKL is the OPD metric of section F.2: Σ mask·(ls − lt) / Σ mask (0 when empty),
+// TeacherKL is the on-policy distillation metric: Σ mask·(ls − lt) / Σ mask (0 when empty),
 // the sampled estimate of the reverse KL KL(π_S‖π_T) per token.
 func TeacherKL(teacherLogp, samplerLogp, mask [][]float64) (float64, error) {
 	if err := sameHostShape("teacher kl", teacherLogp, samplerLogp, mask); err != nil {
@@ -120,21 +120,21 @@ func sameHostShape(what string, ref [][]float64, others ...[][]float64) error {
 	return nil
 }
 
-// GKDConfig configures the generalized JSD of section F.3.
+// GKDConfig configures the generalized JSD of GKD (Agarwal et al., 2024).
 type GKDConfig struct {
 	Beta        float64 // β in [0, 1]: 0 = forward KL(T‖S), 1 = reverse KL(S‖T); default 0.5
 	Temperature float64 // τ > 0 applied to both logits; default 1
 }
 
-// DefaultGKDConfig is β = 0.5, τ = 1 (section F.3 defaults, trl's GKD).
+// DefaultGKDConfig is β = 0.5, τ = 1 (trl's GKD defaults).
 func DefaultGKDConfig() GKDConfig { return GKDConfig{Beta: 0.5, Temperature: 1} }
 
 // GeneralizedJSD is GKD's per-token divergence over full distributions (section
-// F.3): with S = softmax(z_S/τ), T = softmax(z_T/τ), β = 0 gives KL(T‖S), β = 1 gives
+// GKD): with S = softmax(z_S/τ), T = softmax(z_T/τ), β = 0 gives KL(T‖S), β = 1 gives
 // KL(S‖T) (special-cased, not limits), and 0 < β < 1 gives
 // β·KL(T‖M) + (1−β)·KL(S‖M) with M = βT + (1−β)S (log M by logsumexp). Logits are
-// [B,T,V], mask [B,T]; the teacher gets no gradient. L = agg(D, mask) with r; the
-// spec's "batchmean" (Σ_valid D / #valid) is token-mean. Aux: token_loss (D).
+// [B,T,V], mask [B,T]; the teacher gets no gradient. L = agg(D, mask) with r; trl's
+// "batchmean" (Σ_valid D / #valid) is token-mean. Aux: token_loss (D).
 func GeneralizedJSD(studentLogits, teacherLogits, mask *Node, cfg GKDConfig, r Reducer) (Result, error) {
 	if cfg.Beta < 0 || cfg.Beta > 1 || cfg.Temperature <= 0 {
 		return Result{}, fmt.Errorf("gkd: need beta in [0, 1] and temperature > 0, got %g, %g", cfg.Beta, cfg.Temperature)
@@ -182,7 +182,7 @@ func klCategorical(logP, logQ *Node) *Node {
 	return ReduceSum(Mul(p, diff), -1)
 }
 
-// AggreVaTe is the cost-to-go weighted imitation surrogate of section F.5. For S
+// AggreVaTe is the cost-to-go weighted imitation surrogate of AggreVaTe (Ross & Bagnell, 2014). For S
 // states with K candidate actions each: logp and mask are [S,K,T] per-token
 // log-probs of each candidate (an action's log-prob is its masked token sum), costs
 // [S,K] are the expert's cost-to-go Q*(s, a_k). With b(s) the mean cost over the
@@ -219,7 +219,7 @@ func AggreVaTe(logp, mask, costs *Node, r Reducer) (Result, error) {
 	return res, nil
 }
 
-// MixedBatch holds the two token sets of the mixed CE + K3 loss (section F.6).
+// MixedBatch holds the two token sets of the mixed CE + K3 loss.
 // Either set may be absent (nil tensors), which counts as empty.
 type MixedBatch struct {
 	// Teacher-executed set 𝒯: student log-probs on the teacher's tokens and its mask.
@@ -231,16 +231,16 @@ type MixedBatch struct {
 	TeacherTokens, StudentTokens *Node
 }
 
-// MixedCEK3Config configures section F.6.
+// MixedCEK3Config configures the mixed CE + K3 blend.
 type MixedCEK3Config struct {
 	// K3Grad is "direct" (the k3 gradient, a forward-KL gradient in expectation)
 	// or "k2" (value of k3, gradient of ½(lpS − lpT)², the reverse-KL gradient).
 	K3Grad GradForm
-	// LogRatioClamp and OutputClamp are the k3 clamps of section B (0 = 20, 10).
+	// LogRatioClamp and OutputClamp are the k3 clamps of KL (0 = 20, 10).
 	LogRatioClamp, OutputClamp float64
 }
 
-// MixedCEK3 is the β-blended loss of section F.6:
+// MixedCEK3 is the β-blend of CE and K3:
 // L = β·CE + (1−β)·K3 with CE = −Σ m^𝒯·lpS^𝒯 / Σ m^𝒯 and K3 = Σ m^𝒮·k3(lpS, lpT) / Σ m^𝒮
 // (each 0 when its set is empty, no renormalisation). beta is a scalar node (fed each
 // rollout from BetaAt) and gets no gradient. Metrics: ce, k3, beta. Aux: k3_tokens.
@@ -299,14 +299,14 @@ func MixedCEK3(b MixedBatch, beta *Node, cfg MixedCEK3Config) (Result, error) {
 	return res, nil
 }
 
-// BetaSchedule is the linear β decay over rollouts of section F.6.
+// BetaSchedule is the linear β decay over rollouts of the mixed CE + K3 blend.
 type BetaSchedule struct {
 	Start, End    float64 // β_start (default 1), β_end (default 0)
 	DecayRollouts int     // K_decay > 0
 }
 
 // BetaAt returns β_k = β_start + (β_end − β_start)·min(k/K_decay, 1) for the 0-based
-// rollout index k (section F.6).
+// rollout index k.
 func BetaAt(s BetaSchedule, k int) (float64, error) {
 	if s.DecayRollouts <= 0 {
 		return 0, fmt.Errorf("beta schedule: decay_rollouts must be > 0, got %d", s.DecayRollouts)

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"math"
 
-	. "github.com/gomlx/gomlx/pkg/core/graph" // the graph DSL reads like the spec's formulas
+	. "github.com/gomlx/gomlx/pkg/core/graph" // the graph DSL reads like the formulas
 )
 
 // perSample reshapes a per-sample value s (a scalar or [N]) so that it broadcasts
@@ -40,7 +40,7 @@ func meanOverDims(x *Node) *Node {
 	return ReduceMean(x, axes...)
 }
 
-// FlowInterpolate returns the flow-matching input and target of section H:
+// FlowInterpolate returns the flow-matching input and target of rectified flow (Liu et al., 2022):
 // x_σ = (1 − σ)·x_0 + σ·ε and u = ε − x_0 (σ = 0 is data, σ = 1 is noise), for data
 // x0 and noise [N, ...] and sigma a scalar or [N]. Both outputs are constants.
 func FlowInterpolate(x0, noise, sigma *Node) (xSigma, velocity *Node, err error) {
@@ -56,7 +56,7 @@ func FlowInterpolate(x0, noise, sigma *Node) (xSigma, velocity *Node, err error)
 	return Add(Mul(OneMinus(s), x0), Mul(s, eps)), Sub(eps, x0), nil
 }
 
-// RectifiedFlowLoss is the velocity loss of section H: per sample the mean over
+// RectifiedFlowLoss is the velocity loss of rectified flow (Liu et al., 2022): per sample the mean over
 // dims of (v_θ − u)², and L = Σ per-sample / count (count = the mini-batch's number
 // of samples, a scalar node; nil = N). Aux: per_sample_loss.
 func RectifiedFlowLoss(vPred, target, count *Node) (Result, error) {
@@ -69,7 +69,7 @@ func RectifiedFlowLoss(vPred, target, count *Node) (Result, error) {
 	return res, nil
 }
 
-// SDEConfig configures the Flow-GRPO SDE step of section H.
+// SDEConfig configures the SDE step of Flow-GRPO (Liu et al., 2025).
 type SDEConfig struct {
 	// NoiseLevel is a in s_σ = a·sqrt(σ/(1 − σ)); default 0.7.
 	NoiseLevel float64
@@ -78,7 +78,7 @@ type SDEConfig struct {
 	SigmaMax float64
 }
 
-// SDEStep is one Gaussian SDE step of Flow-GRPO (section H), per sample.
+// SDEStep is one Gaussian SDE step of Flow-GRPO (Liu et al., 2025), per sample.
 type SDEStep struct {
 	Mean       *Node // μ [N, ...]
 	Std        *Node // s_σ·sqrt(−dt): a scalar or [N, 1, ...]
@@ -87,7 +87,7 @@ type SDEStep struct {
 	LogProbSum *Node // the same summed over dims [N]
 }
 
-// SDEStepLogProb evaluates the Flow-GRPO SDE step of section H for states x, model
+// SDEStepLogProb evaluates the SDE step of Flow-GRPO (Liu et al., 2025) for states x, model
 // velocities v (which receive the gradient) and next states xNext ([N, ...]), with
 // σ and σ_next scalars or [N] (σ_next < σ, σ > 0):
 // dt = σ_next − σ, s_σ = a·sqrt(σ/(1 − σ)), μ = x + [v + s_σ²/(2σ)·(x + (1 − σ)v)]·dt,
@@ -135,13 +135,13 @@ func SDEStepLogProb(x, v, xNext, sigma, sigmaNext *Node, cfg SDEConfig) (SDEStep
 	return SDEStep{Mean: mean, Std: std, SigmaT: sigmaT, LogProb: logp, LogProbSum: MulScalar(logp, float64(dims))}, nil
 }
 
-// DefaultFlowGRPOConfig is the PPO configuration of Flow-GRPO (section H): ε = 1e-4,
+// DefaultFlowGRPOConfig is the PPO configuration of Flow-GRPO (Liu et al., 2025): ε = 1e-4,
 // no dual clip.
 func DefaultFlowGRPOConfig() PPOConfig {
 	return PPOConfig{EpsLow: 1e-4, EpsHigh: 1e-4, LogRatioClamp: 20}
 }
 
-// FlowGRPOLoss is Flow-GRPO's policy loss (section H): PPO (section C.1, ε = 1e-4 by
+// FlowGRPOLoss is Flow-GRPO's policy loss (Liu et al., 2025): PPO (Schulman et al., 2017; ε = 1e-4 by
 // default) with ρ = exp(log p_θ − log p_old) per (sample, step), averaged over all
 // entries. logp, oldLogp and advantages are vectors with one entry per (sample,
 // step); count optionally gives the mini-batch's number of entries (nil = len).
@@ -164,7 +164,7 @@ func FlowGRPOLoss(logp, oldLogp, advantages, count *Node, cfg PPOConfig) (Result
 	}, cfg, Reducer{Mode: AggTokenMean, Denominators: den})
 }
 
-// FlowKL is Flow-GRPO's optional KL term per sample (section H):
+// FlowKL is Flow-GRPO's optional KL term per sample:
 // mean_dims (μ_θ − μ_ref)² / (2 s_σ²), with the reference mean as a constant; the
 // caller multiplies it by β and averages it like the policy loss.
 func FlowKL(meanTheta, meanRef, sigmaT *Node) (*Node, error) {

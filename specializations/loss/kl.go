@@ -4,20 +4,20 @@ import (
 	"fmt"
 	"math"
 
-	. "github.com/gomlx/gomlx/pkg/core/graph" // the graph DSL reads like the spec's formulas
+	. "github.com/gomlx/gomlx/pkg/core/graph" // the graph DSL reads like the formulas
 )
 
 // KLEstimator names a per-token KL estimator (k1, k2, k3 of Schulman, 2020, "Approximating KL divergence").
 type KLEstimator string
 
-// The estimators of section B (lp = logp, lq = ref_logp).
+// The estimators k1, k2, k3 (Schulman, 2020; lp = logp, lq = ref_logp).
 const (
 	KLK1 KLEstimator = "k1" // lp − lq
 	KLK2 KLEstimator = "k2" // ½(lp − lq)²
 	KLK3 KLEstimator = "k3" // e^d − d − 1, d = lq − lp ("low_var_kl"), with clamps
 )
 
-// GradForm selects which gradient a KL-type term carries (sections B and F.6).
+// GradForm selects which gradient a KL-type term carries (the KL terms and the mixed CE + K3 blend).
 type GradForm string
 
 // Gradient forms.
@@ -37,7 +37,7 @@ func (f GradForm) check() error {
 	return fmt.Errorf("unknown KL gradient form %q (want %q or %q)", f, GradDirect, GradK2)
 }
 
-// KLConfig configures a section B estimator.
+// KLConfig configures a KL estimator.
 type KLConfig struct {
 	// Estimator is k1, k2 or k3; "" means k3 (verl's default for the KL loss).
 	Estimator KLEstimator
@@ -49,7 +49,7 @@ type KLConfig struct {
 	Grad GradForm
 }
 
-// DefaultKLConfig is k3 with verl's clamps and its own gradient (section B defaults).
+// DefaultKLConfig is k3 with verl's clamps and its own gradient (verl's default).
 func DefaultKLConfig() KLConfig {
 	return KLConfig{Estimator: KLK3, LogRatioClamp: 20, OutputClamp: 10, Grad: GradDirect}
 }
@@ -75,7 +75,7 @@ func (c KLConfig) resolved() (KLConfig, error) {
 	return c, c.Grad.check()
 }
 
-// KL returns the per-token KL estimate of section B between the policy log-probs
+// KL returns the per-token KL estimate (k1/k2/k3, Schulman, 2020) between the policy log-probs
 // logp and the reference log-probs refLogp (any equal shapes). k1 and k2 are
 // unclamped; k3 clamps the log-ratio before the exp and its value, and a clamp that
 // is active kills the gradient there. The reference side never gets a gradient.
@@ -107,7 +107,7 @@ func KL(logp, refLogp *Node, cfg KLConfig) (*Node, error) {
 	return k, nil
 }
 
-// KLLoss is the KL loss term of section B.4: L_kl = agg(k, mask, mode). The caller
+// KLLoss is the KL loss term: L_kl = agg(k, mask, mode). The caller
 // adds kl_loss_coef·L_kl (see ActorLoss). Metric "kl": masked token mean of k.
 func KLLoss(logp, refLogp, mask *Node, cfg KLConfig, r Reducer) (Result, error) {
 	if err := checkTokens("kl loss", []string{"logp", "ref_logp", "mask"}, logp, refLogp, mask); err != nil {
@@ -127,7 +127,7 @@ func KLLoss(logp, refLogp, mask *Node, cfg KLConfig, r Reducer) (Result, error) 
 	return res, nil
 }
 
-// KLValue is the host float64 value of the section B estimator for one token.
+// KLValue is the host float64 value of the KL estimator for one token.
 func KLValue(lp, lq float64, cfg KLConfig) (float64, error) {
 	cfg, err := cfg.resolved()
 	if err != nil {
@@ -144,10 +144,10 @@ func KLValue(lp, lq float64, cfg KLConfig) (float64, error) {
 	}
 }
 
-// KLPenaltyRewards folds the KL into the per-token rewards (section B.5):
+// KLPenaltyRewards folds the KL into the per-token rewards:
 // r'[b,t] = r[b,t] − coef·k(old_logp, ref_logp)[b,t], before GAE/returns. The spec's
 // estimator here is k1; cfg.Grad is irrelevant on the host. Rewards at masked
-// positions are ignored downstream (A.7), so no mask is needed.
+// positions are ignored downstream (by GAE), so no mask is needed.
 func KLPenaltyRewards(scores, oldLogp, refLogp [][]float64, coef float64, cfg KLConfig) ([][]float64, error) {
 	if len(oldLogp) != len(scores) || len(refLogp) != len(scores) {
 		return nil, fmt.Errorf("kl reward penalty: %d score rows, %d old_logp rows, %d ref_logp rows",

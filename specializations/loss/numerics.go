@@ -4,7 +4,7 @@ import (
 	"fmt"
 
 	"github.com/gomlx/gomlx/pkg/core/dtypes"
-	. "github.com/gomlx/gomlx/pkg/core/graph" // the graph DSL reads like the spec's formulas
+	. "github.com/gomlx/gomlx/pkg/core/graph" // the graph DSL reads like the formulas
 )
 
 // Result is what every graph loss returns.
@@ -52,7 +52,7 @@ func safeRecip(x *Node) *Node {
 }
 
 // clampNoGrad clips x to [lo, hi]; where a bound is active the output is the
-// constant bound, so no gradient reaches x (the spec's "0 where clamped").
+// constant bound, so no gradient reaches x (the gradient is 0 where clamped, as in PyTorch's clamp).
 func clampNoGrad(x *Node, lo, hi float64) *Node {
 	return Min(Max(x, scalar(x, lo)), scalar(x, hi))
 }

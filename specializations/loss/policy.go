@@ -3,7 +3,7 @@ package loss
 import (
 	"fmt"
 
-	. "github.com/gomlx/gomlx/pkg/core/graph" // the graph DSL reads like the spec's formulas
+	. "github.com/gomlx/gomlx/pkg/core/graph" // the graph DSL reads like the formulas
 )
 
 // PolicyBatch holds the [rows, tokens] tensors of a policy loss (PPO and
@@ -16,7 +16,7 @@ type PolicyBatch struct {
 	Advantages      *Node // A[b,t]
 	Mask            *Node // 1 = token receives loss
 	// TokenWeights optionally multiplies ℓ[b,t] before aggregation, without gradient:
-	// the rollout-correction weight of section C.7 (see TruncatedISWeight).
+	// the rollout-correction weight of truncated importance sampling (see TruncatedISWeight).
 	TokenWeights *Node
 }
 
@@ -73,7 +73,7 @@ func (p policyInputs) finish(what string, tokenLoss *Node, r Reducer) (Result, e
 	return res, nil
 }
 
-// ratio is ρ = exp(clip(logp − old, −c, c)) (section C's common ratio): a clamped
+// ratio is ρ = exp(clip(logp − old, −c, c)) (the ratio the policy losses share): a clamped
 // log-ratio gives a finite ρ and no gradient.
 func ratio(lp, old *Node, clamp float64) *Node {
 	return Exp(clampNoGrad(Sub(lp, old), -clamp, clamp))
@@ -128,7 +128,7 @@ func (p policyInputs) ratioStats(res Result, rho *Node, r Reducer) {
 	res.Metrics["ratio_min"] = StopGradient(Where(nonEmpty, ReduceAllMin(big), ScalarZero(rho.Graph(), rho.DType())))
 }
 
-// PPOConfig configures the clipped surrogate of section C.1.
+// PPOConfig configures the clipped surrogate of PPO (Schulman et al., 2017).
 type PPOConfig struct {
 	EpsLow  float64 // ε_low: lower clip 1 − ε_low
 	EpsHigh float64 // ε_high: upper clip 1 + ε_high (DAPO clip-higher: 0.28)
@@ -143,7 +143,7 @@ type PPOConfig struct {
 	EpsLowNode, EpsHighNode *Node
 }
 
-// DefaultPPOConfig is ε_low = ε_high = 0.2, no dual clip (section C.1 defaults).
+// DefaultPPOConfig is ε_low = ε_high = 0.2, no dual clip (PPO's defaults).
 func DefaultPPOConfig() PPOConfig { return PPOConfig{EpsLow: 0.2, EpsHigh: 0.2, LogRatioClamp: 20} }
 
 func (c PPOConfig) resolved() (PPOConfig, error) {
@@ -163,7 +163,7 @@ func (c PPOConfig) resolved() (PPOConfig, error) {
 	return c, nil
 }
 
-// PPO is the clipped surrogate of section C.1 with clip-higher and optional dual
+// PPO is the clipped surrogate of PPO (Schulman et al., 2017) with clip-higher and optional dual
 // clip: ℓ = max(−A·ρ, −A·clip(ρ, 1−ε_low, 1+ε_high)), and for A < 0 with dual clip
 // ℓ = min(ℓ, −A·c). The gradient is −A·ρ where the unclipped branch is the max and
 // the dual cap is inactive, 0 elsewhere. Metrics: clipfrac, clipfrac_lower (with
@@ -205,7 +205,7 @@ func PPO(b PolicyBatch, cfg PPOConfig, r Reducer) (Result, error) {
 	return res, nil
 }
 
-// GSPOConfig configures the sequence-level ratio loss of section C.2.
+// GSPOConfig configures the sequence-level ratio loss of GSPO (Zheng et al., 2025).
 type GSPOConfig struct {
 	EpsLow, EpsHigh float64 // clip interval [1 − ε_low, 1 + ε_high] (paper: 3e-4, 4e-4)
 	// SeqLogRatioMax caps the mean log-ratio before the exp; 0 means 10.
@@ -215,13 +215,13 @@ type GSPOConfig struct {
 	EpsLowNode, EpsHighNode, SeqLogRatioMaxNode *Node
 }
 
-// DefaultGSPOConfig is the GSPO paper's ε_low = 3e-4, ε_high = 4e-4 (section C.2).
+// DefaultGSPOConfig is the GSPO paper's ε_low = 3e-4, ε_high = 4e-4 (Zheng et al., 2025).
 // The recommended aggregation is seq-mean-token-mean.
 func DefaultGSPOConfig() GSPOConfig {
 	return GSPOConfig{EpsLow: 3e-4, EpsHigh: 4e-4, SeqLogRatioMax: 10}
 }
 
-// GSPO is the sequence-level clipped surrogate of section C.2:
+// GSPO is the sequence-level clipped surrogate (Zheng et al., 2025):
 // s_b = exp(min(masked mean_t(logp − old_logp), max)), s[b,t] = sg(s_b)·exp(logp − sg(logp)),
 // ℓ = max(−A·s, −A·clip(s, 1−ε_low, 1+ε_high)). The gradient w.r.t. logp[b,t] is
 // w[b,t]·(−A·s_b) where the unclipped branch is the max, else 0. Metrics: clipfrac,
@@ -261,7 +261,7 @@ func GSPO(b PolicyBatch, cfg GSPOConfig, r Reducer) (Result, error) {
 	return res, nil
 }
 
-// CISPOConfig configures section C.3. The bounds are absolute (lo = 1 − ε_low,
+// CISPOConfig configures CISPO (MiniMax, 2025). The bounds are absolute (lo = 1 − ε_low,
 // hi = 1 + ε_high in the ε form).
 type CISPOConfig struct {
 	ClipLow, ClipHigh float64
@@ -272,10 +272,10 @@ type CISPOConfig struct {
 	ClipLowNode, ClipHighNode *Node
 }
 
-// DefaultCISPOConfig is lo = 0 (lower bound disabled), hi = 4 (section C.3 decision).
+// DefaultCISPOConfig is lo = 0 (lower bound disabled), hi = 4 (tinker's bounds; MiniMax-M1 has no lower bound either).
 func DefaultCISPOConfig() CISPOConfig { return CISPOConfig{ClipLow: 0, ClipHigh: 4, LogRatioClamp: 20} }
 
-// CISPO is the clipped-IS-weight loss of section C.3: ℓ = −sg(clip(ρ, lo, hi))·A·logp,
+// CISPO is the clipped-IS-weight loss (MiniMax, 2025): ℓ = −sg(clip(ρ, lo, hi))·A·logp,
 // whose gradient −clip(ρ)·A is never zeroed. The value depends on the absolute
 // log-prob and only its gradient is meaningful. Metrics: clipfrac (clip(ρ) ≠ ρ),
 // ppo_kl, ratio stats. Aux: token_loss, clipped_ratio.
@@ -311,9 +311,9 @@ func CISPO(b PolicyBatch, cfg CISPOConfig, r Reducer) (Result, error) {
 	return res, nil
 }
 
-// ImportanceSampling is tinker's importance_sampling loss (section C.4):
+// ImportanceSampling is tinker's importance_sampling loss:
 // ℓ = −exp(logp − sampler_logp)·A, no clipping of ρ (the log-ratio is only clamped at
-// ±logRatioClamp, 0 meaning 20, to keep exp finite). The spec's default aggregation
+// ±logRatioClamp, 0 meaning 20, to keep exp finite). tinker's aggregation
 // for it is sum. Aux: token_loss, ratio.
 func ImportanceSampling(b PolicyBatch, logRatioClamp float64, r Reducer) (Result, error) {
 	if logRatioClamp == 0 {
@@ -333,8 +333,8 @@ func ImportanceSampling(b PolicyBatch, logRatioClamp float64, r Reducer) (Result
 	return res, nil
 }
 
-// DRO is tinker's DRO loss (section C.5): ℓ = −(logp·A − ½·β·(logp − sampler_logp)²),
-// ∂ℓ/∂logp = −A + β·(logp − sampler_logp). The spec's default aggregation is sum.
+// DRO is tinker's DRO loss: ℓ = −(logp·A − ½·β·(logp − sampler_logp)²),
+// ∂ℓ/∂logp = −A + β·(logp − sampler_logp). tinker's aggregation is sum.
 // Aux: token_loss.
 func DRO(b PolicyBatch, beta float64, r Reducer) (Result, error) {
 	if beta < 0 {
@@ -349,7 +349,7 @@ func DRO(b PolicyBatch, beta float64, r Reducer) (Result, error) {
 	return p.finish("dro", tokenLoss, r)
 }
 
-// PolicyGradient is the plain policy gradient of section C.6: ℓ = −A·logp.
+// PolicyGradient is the plain policy gradient (REINFORCE, Williams, 1992): ℓ = −A·logp.
 // Aux: token_loss.
 func PolicyGradient(b PolicyBatch, r Reducer) (Result, error) {
 	p, err := b.prepare("pg", false, false)

@@ -3,12 +3,12 @@ package loss
 import (
 	"fmt"
 
-	. "github.com/gomlx/gomlx/pkg/core/graph" // the graph DSL reads like the spec's formulas
+	. "github.com/gomlx/gomlx/pkg/core/graph" // the graph DSL reads like the formulas
 )
 
 // SequenceLogProbs returns, per row of [rows, tokens] per-token log-probs, the
 // completion log-prob P = Σ_t mask·logp and the completion length n = Σ_t mask
-// (section E: prompt tokens are masked out). Masked positions never leak.
+// (prompt tokens are masked out). Masked positions never leak.
 func SequenceLogProbs(logp, mask *Node) (sum, length *Node, err error) {
 	if err := checkTokens("sequence log-probs", []string{"logp", "mask"}, logp, mask); err != nil {
 		return nil, nil, err
@@ -16,7 +16,7 @@ func SequenceLogProbs(logp, mask *Node) (sum, length *Node, err error) {
 	return ReduceSum(keep(logp, mask), -1), ReduceSum(maskOf(mask, logp), -1), nil
 }
 
-// PairBatch holds one value per preference pair ([pairs] vectors, section E).
+// PairBatch holds one value per preference pair ([pairs] vectors).
 // Only the policy log-probs receive gradients.
 type PairBatch struct {
 	PolicyChosen, PolicyRejected *Node // P_c, P_r: completion log-prob sums under the policy
@@ -55,13 +55,13 @@ func checkVectors(what string, names []string, nodes ...*Node) error {
 	return nil
 }
 
-// lengthOrOne is n, with 0 replaced by 1 (section E: "n = 0 → use 1").
+// lengthOrOne is n, with 0 replaced by 1 (an empty completion must not divide by 0).
 func lengthOrOne(n, like *Node) *Node {
 	n = StopGradient(toDType(n, like))
 	return Where(GreaterThan(n, ZerosLike(n)), n, OnesLike(n))
 }
 
-// DPOType is the per-pair loss of the DPO family (section E).
+// DPOType is the per-pair loss of the DPO family (Rafailov et al., 2023; Azar et al., 2023).
 type DPOType string
 
 // DPO family losses.
@@ -83,10 +83,10 @@ type DPOConfig struct {
 	IPOSummed bool
 }
 
-// DefaultDPOConfig is sigmoid DPO with β = 0.1 (section E defaults).
+// DefaultDPOConfig is sigmoid DPO with β = 0.1 (the DPO paper's and TRL's default).
 func DefaultDPOConfig() DPOConfig { return DPOConfig{Type: DPOSigmoid, Beta: 0.1} }
 
-// DPO is the DPO family of section E with h = (P_c − R_c) − (P_r − R_r): sigmoid
+// DPO is the DPO family (Rafailov et al., 2023) with h = (P_c − R_c) − (P_r − R_r): sigmoid
 // (with cDPO label smoothing), hinge and IPO (length-normalised by default, n = 0 →
 // 1). Loss = mean over pairs. Metrics: accuracy (mean[h > 0]), margins, chosen_rewards,
 // rejected_rewards (means of β(P − R)). Aux: per_pair_loss, logits_h, chosen_rewards,
@@ -152,17 +152,17 @@ func DPO(b PairBatch, cfg DPOConfig) (Result, error) {
 	return res, nil
 }
 
-// SimPOConfig configures SimPO (section E).
+// SimPOConfig configures SimPO (Meng et al., 2024).
 type SimPOConfig struct {
 	Beta           float64 // β, default 2.0
 	Gamma          float64 // γ, the absolute margin (= β·gamma_beta_ratio), default 1.0
 	LabelSmoothing float64 // ε in [0, 0.5), as in cDPO; default 0
 }
 
-// DefaultSimPOConfig is the SimPO paper's β = 2, γ = 1 (section E defaults).
+// DefaultSimPOConfig is the SimPO paper's β = 2, γ = 1.
 func DefaultSimPOConfig() SimPOConfig { return SimPOConfig{Beta: 2, Gamma: 1} }
 
-// SimPO is the reference-free, length-normalised loss of section E:
+// SimPO is the reference-free, length-normalised loss of SimPO (Meng et al., 2024):
 // z = β(P̄_c − P̄_r) − γ with P̄ = P/n (n = 0 → 1), ℓ = −(1−ε) log σ(z) − ε log σ(−z).
 // The reference fields of the batch are not used. Metrics: accuracy (mean[P̄_c > P̄_r]),
 // margins (mean β(P̄_c − P̄_r)). Aux: per_pair_loss, avg_chosen_logp, avg_rejected_logp.
@@ -193,10 +193,10 @@ func SimPO(b PairBatch, cfg SimPOConfig) (Result, error) {
 	return res, nil
 }
 
-// orpoMaxAvgLogp keeps P̄ < 0 so that log(1 − e^P̄) is finite (section E, ORPO).
+// orpoMaxAvgLogp keeps P̄ < 0 so that log(1 − e^P̄) is finite.
 const orpoMaxAvgLogp = -1e-7
 
-// ORPO is the reference-free odds-ratio loss of section E:
+// ORPO is the reference-free odds-ratio loss of ORPO (Hong et al., 2024):
 // LO = (P̄_c − P̄_r) − (log(1 − e^{P̄_c}) − log(1 − e^{P̄_r})), ℓ = −P̄_c − λ·log σ(LO),
 // with P̄ = P/n clamped to ≤ −1e-7 and log(1 − e^a) computed stably. The NLL term is
 // the token-mean NLL of the chosen completion only. Metrics: accuracy
@@ -225,7 +225,7 @@ func ORPO(b PairBatch, lambda float64) (Result, error) {
 	return res, nil
 }
 
-// KTOBatch holds one value per example ([examples] vectors) for KTO (section E).
+// KTOBatch holds one value per example ([examples] vectors) for KTO.
 type KTOBatch struct {
 	PolicyLogps, RefLogps *Node // P_i, R_i of each example's own completion
 	Desirable             *Node // 1 = desirable (D), 0 = undesirable (U)
@@ -246,12 +246,12 @@ type KTOConfig struct {
 	UndesirableWeight float64 // λ_U, default 1
 }
 
-// DefaultKTOConfig is β = 0.1, λ_D = λ_U = 1 (section E defaults).
+// DefaultKTOConfig is β = 0.1, λ_D = λ_U = 1 (the KTO paper's and TRL's defaults).
 func DefaultKTOConfig() KTOConfig {
 	return KTOConfig{Beta: 0.1, DesirableWeight: 1, UndesirableWeight: 1}
 }
 
-// KTO is the loss of section E: ρ_i = P_i − R_i, z0 = sg(max(0, mean_j(P'_j − R'_j))),
+// KTO is the loss of Ethayarajh et al. (2024): ρ_i = P_i − R_i, z0 = sg(max(0, mean_j(P'_j − R'_j))),
 // ℓ_i = λ_D(1 − σ(β(ρ_i − z0))) for desirable and λ_U(1 − σ(β(z0 − ρ_i))) for
 // undesirable examples; loss = mean over all examples (empty → 0). Keep
 // λ_D·n_D/(λ_U·n_U) in [1, 4/3] (the caller's concern). Metrics: z0. Aux:
@@ -294,7 +294,7 @@ type RewardPairBatch struct {
 	Count            *Node // optional number of pairs of the whole mini-batch
 }
 
-// BradleyTerry is the reward-model loss of section E: ℓ = −log σ(r_c − r_r − m),
+// BradleyTerry is the Bradley–Terry reward-model loss (Ouyang et al., 2022): ℓ = −log σ(r_c − r_r − m),
 // plus centerCoef·(r_c + r_r)² per pair when centerCoef > 0 (trl's
 // center_rewards_coef); loss = mean over pairs. Metric: accuracy (mean[r_c > r_r]).
 // Aux: per_pair_loss.

@@ -3,13 +3,13 @@ package loss
 import (
 	"fmt"
 
-	. "github.com/gomlx/gomlx/pkg/core/graph" // the graph DSL reads like the spec's formulas
+	. "github.com/gomlx/gomlx/pkg/core/graph" // the graph DSL reads like the formulas
 )
 
 // AggMode is a loss aggregation mode (`loss_agg_mode`, as verl's).
 type AggMode string
 
-// The aggregation modes of section C.0. With L = Σ_{b,t} w[b,t]·ℓ[b,t]:
+// The aggregation modes. With L = Σ_{b,t} w[b,t]·ℓ[b,t]:
 const (
 	AggTokenMean           AggMode = "token-mean"              // w = mask / N (the default)
 	AggSeqMeanTokenSum     AggMode = "seq-mean-token-sum"      // w = mask / B'
@@ -18,12 +18,12 @@ const (
 	AggSum                 AggMode = "sum"                     // w = mask
 )
 
-// AggModes returns every aggregation mode, in the order of section C.0.
+// AggModes returns every aggregation mode, in the schema's order.
 func AggModes() []AggMode {
 	return []AggMode{AggTokenMean, AggSeqMeanTokenSum, AggSeqMeanTokenMean, AggSeqMeanTokenSumNorm, AggSum}
 }
 
-// ParseAggMode returns the mode named s; "" is the default, token-mean (section C.0).
+// ParseAggMode returns the mode named s; "" is the default, token-mean.
 func ParseAggMode(s string) (AggMode, error) {
 	if s == "" {
 		return AggTokenMean, nil
@@ -36,7 +36,7 @@ func ParseAggMode(s string) (AggMode, error) {
 	return "", fmt.Errorf("unknown loss_agg_mode %q (want one of %v)", s, AggModes())
 }
 
-// Denominators are the counts of section C.0 as scalar graph nodes: N (mask tokens),
+// Denominators are the aggregation counts as scalar graph nodes: N (mask tokens),
 // B' (rows with at least one mask token) and B (rows). When a mini-batch is split into
 // micro-batches (or ranks), pass the counts of the whole optimizer-step mini-batch,
 // computed on the host (see CountMask), as graph inputs: each micro-batch then adds its
@@ -55,13 +55,13 @@ type Counts struct {
 	Rows      int // B
 }
 
-// Add returns the section C.0 counts of two disjoint sets of rows together
+// Add returns the aggregation counts of two disjoint sets of rows together
 // (micro-batches or ranks of one mini-batch).
 func (c Counts) Add(o Counts) Counts {
 	return Counts{Tokens: c.Tokens + o.Tokens, Sequences: c.Sequences + o.Sequences, Rows: c.Rows + o.Rows}
 }
 
-// CountMask returns the section C.0 counts of a [rows][tokens] mask (non-zero = counts).
+// CountMask returns the aggregation counts of a [rows][tokens] mask (non-zero = counts).
 func CountMask[T ~float32 | ~float64 | ~int | ~int32 | ~int64 | ~uint8](mask [][]T) Counts {
 	c := Counts{Rows: len(mask)}
 	for _, row := range mask {
@@ -79,7 +79,7 @@ func CountMask[T ~float32 | ~float64 | ~int | ~int32 | ~int64 | ~uint8](mask [][
 	return c
 }
 
-// Reducer aggregates per-token losses into a scalar with section C.0's weights.
+// Reducer aggregates per-token losses into a scalar with the aggregation mode's weights.
 // The zero value is token-mean over the given mask.
 type Reducer struct {
 	// Mode is the aggregation; "" means token-mean.
@@ -129,7 +129,7 @@ func (r Reducer) counts(m *Node) (tokens, seqs, rows *Node) {
 	return tokens, seqs, rows
 }
 
-// Weights returns w[b,t] of section C.0 for a [rows, tokens] mask, in like's dtype.
+// Weights returns the aggregation weights w[b,t] for a [rows, tokens] mask, in like's dtype.
 // The weights carry no gradient and are 0 at masked positions and for empty batches.
 func (r Reducer) Weights(mask, like *Node) (*Node, error) {
 	mode, err := r.mode()
@@ -169,7 +169,7 @@ func (r Reducer) Weights(mask, like *Node) (*Node, error) {
 	return StopGradient(w), nil
 }
 
-// Reduce returns L = Σ w·ℓ (section C.0) of a [rows, tokens] token loss. Masked
+// Reduce returns L = Σ w·ℓ of a [rows, tokens] token loss. Masked
 // positions contribute neither value nor gradient, whatever they hold; an empty
 // mask gives exactly 0 with a zero gradient.
 func (r Reducer) Reduce(tokenLoss, mask *Node) (*Node, error) {

@@ -39,7 +39,7 @@ func klRef(p, q []float64) float64 {
 	return d
 }
 
-// TestGeneralizedJSDReference checks section F.3 against a direct float64
+// TestGeneralizedJSDReference checks GKD (Agarwal et al., 2024) against a direct float64
 // evaluation of the definitions (M formed from probabilities, not log-space).
 func TestGeneralizedJSDReference(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 4))
@@ -212,7 +212,7 @@ func TestMicroBatchesAddUp(t *testing.T) {
 	}
 }
 
-// TestAggreVaTeReference checks section F.5 against a float64 loop.
+// TestAggreVaTeReference checks AggreVaTe (Ross & Bagnell, 2014) against a float64 loop.
 func TestAggreVaTeReference(t *testing.T) {
 	rng := rand.New(rand.NewPCG(8, 9))
 	const s, k, tt = 3, 3, 2
@@ -264,7 +264,7 @@ func TestAggreVaTeReference(t *testing.T) {
 	}
 }
 
-// TestActorPieces checks the section C.7 helpers: entropy, the truncated IS weight
+// TestActorPieces checks the actor objective's helpers: entropy, the truncated IS weight
 // and the composed actor objective.
 func TestActorPieces(t *testing.T) {
 	logits := arr{data: []float64{1, 2, 3, math.Inf(-1), 0, 0, 0, 0}, dims: []int{1, 2, 4}}

@@ -82,7 +82,7 @@ func TestExtremeTokenInputs(t *testing.T) {
 	}
 }
 
-// TestEmptyMask checks section C.0's empty rule for every token loss: exactly 0
+// TestEmptyMask checks the aggregation's empty rule for every token loss: exactly 0
 // loss, exactly 0 gradient, finite metrics.
 func TestEmptyMask(t *testing.T) {
 	logp := matrix([][]float64{{-1, -2, -inf}, {-0.5, -3, -1}})

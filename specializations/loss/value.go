@@ -3,10 +3,10 @@ package loss
 import (
 	"fmt"
 
-	. "github.com/gomlx/gomlx/pkg/core/graph" // the graph DSL reads like the spec's formulas
+	. "github.com/gomlx/gomlx/pkg/core/graph" // the graph DSL reads like the formulas
 )
 
-// ValueConfig configures the critic loss of section D.
+// ValueConfig configures PPO's clipped value loss.
 type ValueConfig struct {
 	// ClipRange is ε_v: v is clipped to [v_old − ε_v, v_old + ε_v].
 	ClipRange float64
@@ -14,10 +14,10 @@ type ValueConfig struct {
 	Unclipped bool
 }
 
-// DefaultValueConfig is ε_v = 0.5 (section D default; verl and OpenRLHF).
+// DefaultValueConfig is ε_v = 0.5 (verl's and OpenRLHF's default).
 func DefaultValueConfig() ValueConfig { return ValueConfig{ClipRange: 0.5} }
 
-// ValueLoss is the clipped value loss of section D:
+// ValueLoss is PPO's clipped value loss (Schulman et al., 2017):
 // v_c = clip(v, v_old − ε_v, v_old + ε_v), ℓ = max((v − R)², (v_c − R)²), L = ½·agg(ℓ).
 // The gradient w.r.t. v is w[b,t]·(v − R) where v is inside the clip interval or
 // the unclipped error is the larger one, else 0. values [B,T] receive the gradient;

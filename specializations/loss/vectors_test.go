@@ -11,7 +11,7 @@ import (
 	. "github.com/gomlx/gomlx/pkg/core/graph"
 )
 
-// vectorFile is the spec's test-vector file (testdata/algorithms.json).
+// vectorFile is the test-vector file.
 const vectorFile = "../../testdata/algorithms.json"
 
 // sectionsOwned are the sections of the test-vector file whose every case this package must consume.
@@ -168,8 +168,8 @@ var handlers = map[string]func(c *vecCase){
 	"flow.sde_step_logprob":           sdeStepCase,
 }
 
-// TestVectors runs every case of sections B, C, D, E, F and H of the spec's test
-// vectors, and fails on any case or field it does not consume.
+// TestVectors runs every case of sections B, C, D, E, F and H of the test
+// vectors (KL, policy, value, preference, distillation and flow losses), and fails on any case or field it does not consume.
 func TestVectors(t *testing.T) {
 	f := loadVectors(t)
 	consumed := 0
@@ -311,7 +311,7 @@ func pgCase(c *vecCase) {
 }
 
 // aggCase checks every mode's value and, independently, that its gradient w.r.t. the
-// token loss is the weight w[b,t] of section C.0 computed here in float64.
+// token loss is the aggregation weight w[b,t] computed here in float64.
 func aggCase(c *vecCase) {
 	tokenLoss, mask := c.in("token_loss"), c.in("mask")
 	lsf := c.param("loss_scale_factor")
