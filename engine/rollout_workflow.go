@@ -360,7 +360,8 @@ func rejectTrajectories(b *batch, k schema.Knobs) (*batch, error) {
 
 // advantageMetrics are advantage/<role>/… over the batch's trajectories:
 // the advantage of each trained episode (its first row's, which every step
-// shares with an outcome estimator), as the seed reports them.
+// shares with an outcome estimator): one value per episode, so that long
+// episodes do not weigh more than short ones.
 func (wb *workflowBatch) advantageMetrics(role string, rowAdv []float64) map[string]float64 {
 	var advs []float64
 	for _, r := range wb.firstRow {

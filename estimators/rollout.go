@@ -10,7 +10,6 @@ import (
 const (
 	KeyLogProbs        = "log_probs"
 	KeyRefLogProbs     = "ref_log_probs"
-	KeyOldLogProbs     = "old_log_probs"
 	KeySamplerLogProbs = "sampler_log_probs"
 	KeyTeacherLogProbs = "teacher_log_probs"
 	KeyValues          = "values"

@@ -39,8 +39,8 @@ type BatchOptions struct {
 }
 
 // Specialization is a role's algorithm: how rollout data becomes micro-batches and which
-// loss the role minimises (the seed design's PrepareBatch / ExtractModelOutput /
-// ComputeLoss). ExtractModelOutput depends on the kind of model, so it lives in LM and
+// loss the role minimises (PrepareBatch, ExtractModelOutput and ComputeLoss).
+// ExtractModelOutput depends on the kind of model, so it lives in LM and
 // Flow below.
 type Specialization interface {
 	// Contract is the static description registered under the specialization's name.
