@@ -61,8 +61,8 @@ const (
 	useSchedule
 	// useHost knobs are read by specializations on the host (batch inputs
 	// such as coef_entropy and the actor's clip bounds, advantages, β of
-	// mixed CE + K3 blend): the roles' host-side specializations are rebuilt with the new
-	// knobs, while the compiled loss reads them from the batch.
+	// the mixed CE + K3 blend): the roles' host-side specializations are
+	// rebuilt with the new knobs, while the compiled loss reads them from the batch.
 	useHost
 )
 

@@ -25,7 +25,7 @@ func SFT(targetLogp, mask *Node, r Reducer) (Result, error) {
 	return res, nil
 }
 
-// OPDConfig configures the on-policy distillation advantages of on-policy distillation (Agarwal et al., 2024).
+// OPDConfig configures the advantages of on-policy distillation (Agarwal et al., 2024).
 type OPDConfig struct {
 	KLCoef   float64 // κ (kl_penalty_coef), default 1
 	Discount float64 // γ_kl (kl_discount_factor) in [0, 1], default 0 (each token credited alone)
@@ -129,8 +129,8 @@ type GKDConfig struct {
 // DefaultGKDConfig is β = 0.5, τ = 1 (trl's GKD defaults).
 func DefaultGKDConfig() GKDConfig { return GKDConfig{Beta: 0.5, Temperature: 1} }
 
-// GeneralizedJSD is GKD's per-token divergence over full distributions (section
-// GKD): with S = softmax(z_S/τ), T = softmax(z_T/τ), β = 0 gives KL(T‖S), β = 1 gives
+// GeneralizedJSD is GKD's per-token divergence over full distributions
+// (Agarwal et al., 2024): with S = softmax(z_S/τ), T = softmax(z_T/τ), β = 0 gives KL(T‖S), β = 1 gives
 // KL(S‖T) (special-cased, not limits), and 0 < β < 1 gives
 // β·KL(T‖M) + (1−β)·KL(S‖M) with M = βT + (1−β)S (log M by logsumexp). Logits are
 // [B,T,V], mask [B,T]; the teacher gets no gradient. L = agg(D, mask) with r; trl's
@@ -182,8 +182,8 @@ func klCategorical(logP, logQ *Node) *Node {
 	return ReduceSum(Mul(p, diff), -1)
 }
 
-// AggreVaTe is the cost-to-go weighted imitation surrogate of AggreVaTe (Ross & Bagnell, 2014). For S
-// states with K candidate actions each: logp and mask are [S,K,T] per-token
+// AggreVaTe is the cost-to-go weighted imitation surrogate of Ross & Bagnell
+// (2014). For S states with K candidate actions each: logp and mask are [S,K,T] per-token
 // log-probs of each candidate (an action's log-prob is its masked token sum), costs
 // [S,K] are the expert's cost-to-go Q*(s, a_k). With b(s) the mean cost over the
 // state's candidates (those with at least one token) and w_k = b(s) − Q*(s, a_k),

@@ -169,7 +169,8 @@ var handlers = map[string]func(c *vecCase){
 }
 
 // TestVectors runs every case of sections B, C, D, E, F and H of the test
-// vectors (KL, policy, value, preference, distillation and flow losses), and fails on any case or field it does not consume.
+// vectors (KL, policy, value, preference, distillation and flow losses), and
+// fails on any case or field it does not consume.
 func TestVectors(t *testing.T) {
 	f := loadVectors(t)
 	consumed := 0
