@@ -29,6 +29,8 @@ import (
 	"strings"
 
 	"github.com/ardanlabs/jinja"
+
+	"stx.dev/stx/runtime/tokenizer"
 )
 
 // Message is one turn of a conversation.
@@ -69,12 +71,12 @@ func Load(dir string) (*Template, error) {
 	specials := map[string]string{}
 	for _, key := range []string{"bos_token", "eos_token", "unk_token", "pad_token"} {
 		v, ok := cfg[key]
-		if !ok || isNull(v) {
+		if !ok || tokenizer.IsNull(v) {
 			continue
 		}
-		text, err := tokenText(v)
+		text, err := tokenizer.SpecialTokenText(v)
 		if err != nil {
-			return nil, fmt.Errorf("chat template: %s: %s: %w", path, key, err)
+			return nil, fmt.Errorf("chat template: %s: %s %w", path, key, err)
 		}
 		specials[key] = text
 	}
@@ -119,7 +121,7 @@ func Has(dir string) bool {
 	if err := json.Unmarshal(raw, &cfg); err != nil {
 		return true
 	}
-	return !isNull(cfg.Template)
+	return !tokenizer.IsNull(cfg.Template)
 }
 
 // Parse compiles a chat template. specials maps variables such as
@@ -185,7 +187,7 @@ func recoverError(err *error) {
 // templateSource reads tokenizer_config.json's chat_template: a string, or a
 // list of named templates from which "default" is taken.
 func templateSource(raw json.RawMessage) (name, src string, err error) {
-	if isNull(raw) {
+	if tokenizer.IsNull(raw) {
 		return "", "", nil
 	}
 	if err := json.Unmarshal(raw, &src); err == nil {
@@ -206,26 +208,6 @@ func templateSource(raw json.RawMessage) (name, src string, err error) {
 		names = append(names, n.Name)
 	}
 	return "", "", fmt.Errorf("no template named \"default\" among %s", strings.Join(names, ", "))
-}
-
-// tokenText reads a special token: its text, or an AddedToken object.
-func tokenText(raw json.RawMessage) (string, error) {
-	var s string
-	if err := json.Unmarshal(raw, &s); err == nil {
-		return s, nil
-	}
-	var obj struct {
-		Content *string `json:"content"`
-	}
-	if err := json.Unmarshal(raw, &obj); err != nil || obj.Content == nil {
-		return "", fmt.Errorf("neither a string nor an object with content")
-	}
-	return *obj.Content, nil
-}
-
-func isNull(raw json.RawMessage) bool {
-	t := bytes.TrimSpace(raw)
-	return len(t) == 0 || bytes.Equal(t, []byte("null"))
 }
 
 // toValue converts a JSON-like Go value to a template value.

@@ -174,7 +174,7 @@ func TestLoadErrors(t *testing.T) {
 		{"none", `{"bos_token": "<s>"}`, "has none"},
 		{"no default", `{"chat_template": [{"name": "rag", "template": "x"}]}`, `no template named "default" among rag`},
 		{"bad type", `{"chat_template": 3}`, "neither a string nor a list"},
-		{"bad token", `{"chat_template": "x", "eos_token": 3}`, "eos_token: neither a string nor an object"},
+		{"bad token", `{"chat_template": "x", "eos_token": 3}`, "eos_token is neither a string nor an object"},
 		{"syntax", `{"chat_template": "{% for m in messages %}"}`, "parsing"},
 		{"json", `{"chat_template": `, "tokenizer_config.json"},
 	}

@@ -494,15 +494,9 @@ func (t *BPE) loadSpecials(path string) error {
 		if isNull(s.raw) {
 			continue
 		}
-		var text string
-		if err := json.Unmarshal(s.raw, &text); err != nil {
-			var obj struct {
-				Content string `json:"content"`
-			}
-			if err := json.Unmarshal(s.raw, &obj); err != nil || obj.Content == "" {
-				return fmt.Errorf("%s: %s is neither a string nor an object with content", path, s.key)
-			}
-			text = obj.Content
+		text, err := SpecialTokenText(s.raw)
+		if err != nil {
+			return fmt.Errorf("%s: %s %w", path, s.key, err)
 		}
 		id, ok := t.idOf(text)
 		if !ok {
@@ -515,6 +509,26 @@ func (t *BPE) loadSpecials(path string) error {
 	}
 	return nil
 }
+
+// SpecialTokenText reads a special-token entry of tokenizer_config.json
+// (bos_token, eos_token, ...): the token's text, or an AddedToken object
+// with its "content". Null entries are the caller's to skip (IsNull).
+func SpecialTokenText(raw json.RawMessage) (string, error) {
+	var text string
+	if err := json.Unmarshal(raw, &text); err == nil {
+		return text, nil
+	}
+	var obj struct {
+		Content *string `json:"content"`
+	}
+	if err := json.Unmarshal(raw, &obj); err != nil || obj.Content == nil {
+		return "", errors.New("is neither a string nor an object with content")
+	}
+	return *obj.Content, nil
+}
+
+// IsNull says whether a JSON entry is absent or null.
+func IsNull(raw json.RawMessage) bool { return isNull(raw) }
 
 // idOf finds a token's id, added tokens first.
 func (t *BPE) idOf(text string) (int32, bool) {
