@@ -1,7 +1,6 @@
 package tasks
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/json"
 	"errors"
@@ -9,14 +8,13 @@ import (
 	"io"
 	"math"
 	"net/http"
-	"os/exec"
 	"strings"
 	"sync"
 	"time"
 
 	"stx.dev/stx/schema"
 
-	"stx.dev/stx/internal/tailbuf"
+	"stx.dev/stx/internal/lineproc"
 )
 
 // External rewards. Two transports, both scoring whole batches:
@@ -73,18 +71,11 @@ type commandScorer struct {
 	retries int
 
 	mu   sync.Mutex
-	proc *rewardProc // nil when not running
+	proc *lineproc.Proc // nil when not running
 }
 
-// rewardProc is one running instance of a reward command.
-type rewardProc struct {
-	cmd     *exec.Cmd
-	stdin   io.WriteCloser
-	lines   chan []byte   // stdout lines; closed at EOF
-	exited  chan struct{} // closed once the process has been waited for
-	stderr  *tailbuf.Buffer
-	waitErr error
-}
+// maxReplyLine bounds one reply line of a reward command.
+const maxReplyLine = 16 << 20
 
 func newCommandScorer(term schema.Reward) (BatchScorer, error) {
 	if len(term.Command) == 0 || term.Command[0] == "" {
@@ -117,46 +108,20 @@ func termTimeout(term schema.Reward) (time.Duration, error) {
 	return time.Duration(t * float64(time.Second)), nil
 }
 
-func (s *commandScorer) start() (*rewardProc, error) {
-	cmd := exec.Command(s.argv[0], s.argv[1:]...)
-	p := &rewardProc{cmd: cmd, lines: make(chan []byte, 64), exited: make(chan struct{}), stderr: tailbuf.New(4096)}
-	cmd.Stderr = p.stderr
-	// A command that leaves a child holding its pipes must not hang Wait.
-	cmd.WaitDelay = time.Second
-	var err error
-	if p.stdin, err = cmd.StdinPipe(); err != nil {
-		return nil, fmt.Errorf("command %q: %w", s.argv[0], err)
-	}
-	stdout, err := cmd.StdoutPipe()
+func (s *commandScorer) start() (*lineproc.Proc, error) {
+	p, err := lineproc.Start(s.argv, "", maxReplyLine)
 	if err != nil {
-		return nil, fmt.Errorf("command %q: %w", s.argv[0], err)
+		return nil, fmt.Errorf("start reward command %w", err)
 	}
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("start reward command %q: %w", s.argv[0], err)
-	}
-	go func() {
-		sc := bufio.NewScanner(stdout)
-		sc.Buffer(make([]byte, 64<<10), 16<<20)
-		for sc.Scan() {
-			if len(bytes.TrimSpace(sc.Bytes())) == 0 {
-				continue
-			}
-			p.lines <- bytes.Clone(sc.Bytes())
-		}
-		close(p.lines)
-		p.waitErr = cmd.Wait()
-		close(p.exited)
-	}()
 	return p, nil
 }
 
-// stop kills the process and waits for it.
-func (p *rewardProc) stop() {
-	p.stdin.Close()
-	_ = p.cmd.Process.Kill()
-	for range p.lines { // drain so the reader can reach Wait
+// stop kills the process and waits for it: its stderr is complete then.
+func stop(p *lineproc.Proc) {
+	p.Kill()
+	for range p.Lines() { // drain so the reader can finish
 	}
-	<-p.exited
+	<-p.Exited()
 }
 
 // errTransient marks failures worth a restart: a timeout or a crash.
@@ -199,8 +164,8 @@ func (s *commandScorer) ScoreBatch(completions []string, exs []Example) ([]float
 			continue
 		}
 		// Stopped first: its stderr is complete once it has been waited for.
-		s.proc.stop()
-		tail := s.proc.stderr.String()
+		stop(s.proc)
+		tail := s.proc.Stderr()
 		s.proc = nil
 		var tr errTransient
 		transient := errors.As(err, &tr)
@@ -224,7 +189,7 @@ func (s *commandScorer) serve(reqs [][]byte, out []float64) (int, error) {
 	go func() {
 		// Write errors show up as a closed stdout on the reading side.
 		for _, r := range reqs {
-			if _, err := p.stdin.Write(r); err != nil {
+			if _, err := p.Write(r); err != nil {
 				return
 			}
 		}
@@ -234,31 +199,38 @@ func (s *commandScorer) serve(reqs [][]byte, out []float64) (int, error) {
 	for i := range reqs {
 		timer.Reset(s.timeout)
 		var line []byte
-		select {
-		case l, ok := <-p.lines:
-			if !ok {
-				<-p.exited
-				how := "exited"
-				if p.waitErr != nil {
-					how = p.waitErr.Error()
+		for line == nil {
+			select {
+			case l, ok := <-p.Lines():
+				if !ok {
+					<-p.Exited()
+					how := "exited"
+					if err := p.WaitErr(); err != nil {
+						how = err.Error()
+					}
+					return i, errTransient{fmt.Errorf("command stopped before replying (%s)", how)}
 				}
-				return i, errTransient{fmt.Errorf("command stopped before replying (%s)", how)}
+				if l.Err != nil {
+					return i, l.Err
+				}
+				if len(bytes.TrimSpace(l.Data)) > 0 { // blank lines are not replies
+					line = l.Data
+				}
+			case <-timer.C:
+				return i, errTransient{fmt.Errorf("no reply within %s", s.timeout)}
 			}
-			line = l
-		case <-timer.C:
-			return i, errTransient{fmt.Errorf("no reply within %s", s.timeout)}
 		}
 		var rep commandReply
 		dec := json.NewDecoder(bytes.NewReader(line))
 		dec.DisallowUnknownFields()
 		if err := dec.Decode(&rep); err != nil {
-			return i, fmt.Errorf("reply %q is not {\"reward\": number} or {\"error\": text}: %v", clip(line, 200), err)
+			return i, fmt.Errorf("reply %q is not {\"reward\": number} or {\"error\": text}: %v", lineproc.Clip(line, 200), err)
 		}
 		if rep.Error != "" {
 			return i, fmt.Errorf("command reported: %s", rep.Error)
 		}
 		if rep.Reward == nil {
-			return i, fmt.Errorf("reply %q has no \"reward\"", clip(line, 200))
+			return i, fmt.Errorf("reply %q has no \"reward\"", lineproc.Clip(line, 200))
 		}
 		out[i] = *rep.Reward
 	}
@@ -275,17 +247,7 @@ func (s *commandScorer) Close() error {
 		return nil
 	}
 	s.proc = nil
-	p.stdin.Close()
-	go func() {
-		for range p.lines {
-		}
-	}()
-	select {
-	case <-p.exited:
-	case <-time.After(2 * time.Second):
-		_ = p.cmd.Process.Kill()
-		<-p.exited
-	}
+	p.Close(2 * time.Second)
 	return nil
 }
 
@@ -300,13 +262,6 @@ func stderrNote(tail string) string {
 		lines = lines[len(lines)-10:]
 	}
 	return "\nstderr of the command (last lines):\n\t" + strings.Join(lines, "\n\t")
-}
-
-func clip(b []byte, n int) string {
-	if len(b) > n {
-		return string(b[:n]) + "…"
-	}
-	return string(b)
 }
 
 // httpScorer posts batches to a remote reward model (see above).
@@ -398,7 +353,7 @@ func (s *httpScorer) postOnce(body []byte, n int) ([]float64, error) {
 		return nil, errTransient{fmt.Errorf("read answer: %w", err)}
 	}
 	if resp.StatusCode != http.StatusOK {
-		err := fmt.Errorf("status %s: %s", resp.Status, clip(bytes.TrimSpace(data), 300))
+		err := fmt.Errorf("status %s: %s", resp.Status, lineproc.Clip(bytes.TrimSpace(data), 300))
 		if resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode >= 500 {
 			return nil, errTransient{err}
 		}
@@ -406,7 +361,7 @@ func (s *httpScorer) postOnce(body []byte, n int) ([]float64, error) {
 	}
 	var ans map[string]json.RawMessage
 	if err := json.Unmarshal(data, &ans); err != nil {
-		return nil, fmt.Errorf("answer %q is not a JSON object: %v", clip(data, 300), err)
+		return nil, fmt.Errorf("answer %q is not a JSON object: %v", lineproc.Clip(data, 300), err)
 	}
 	raw, ok := ans["rewards"]
 	if !ok {

@@ -1,18 +1,14 @@
 package workflow
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"os"
-	"os/exec"
 	"strings"
 	"time"
 
-	"stx.dev/stx/internal/tailbuf"
+	"stx.dev/stx/internal/lineproc"
 )
 
 // maxLine bounds one reply line: a longer one is malformed, so a runaway
@@ -36,19 +32,9 @@ func (f *Failure) Error() string { return f.Msg }
 
 // Env is one environment process speaking the package's JSON-lines protocol.
 type Env struct {
-	cmd     *exec.Cmd
-	stdin   io.WriteCloser
-	lines   chan line     // reply lines; closed at end of output
-	exited  chan struct{} // closed when the process has exited
-	waitErr error         // the process's exit status (valid after exited)
-	stderr  *tailbuf.Buffer
+	proc    *lineproc.Proc
 	timeout time.Duration
 	dead    bool // failed: must not serve another request
-}
-
-type line struct {
-	data []byte
-	err  error // set on the last value before the channel closes (nil at EOF)
 }
 
 // StartEnv starts command (argv) with the given per-request timeout.
@@ -58,67 +44,11 @@ func StartEnv(command []string, argv0 string, timeout time.Duration) (*Env, erro
 	if len(command) == 0 || command[0] == "" {
 		return nil, errors.New("environment command is empty")
 	}
-	cmd := exec.Command(command[0], command[1:]...)
-	if argv0 != "" {
-		cmd.Args[0] = argv0
-	}
-	// Wait must not hang on output pipes a grandchild keeps open.
-	cmd.WaitDelay = time.Second
-	detach(cmd)
-	stdin, err := cmd.StdinPipe()
+	p, err := lineproc.Start(command, argv0, maxLine)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("start environment %w", err)
 	}
-	// stdout is a pipe of our own (not StdoutPipe), so that waiting for the
-	// process in the background never closes it before its last line is read.
-	pr, pw, err := os.Pipe()
-	if err != nil {
-		return nil, err
-	}
-	cmd.Stdout = pw
-	e := &Env{cmd: cmd, stdin: stdin, lines: make(chan line, 1), exited: make(chan struct{}), stderr: tailbuf.New(4096), timeout: timeout}
-	cmd.Stderr = e.stderr
-	if err := cmd.Start(); err != nil {
-		pr.Close()
-		pw.Close()
-		return nil, fmt.Errorf("start environment %q: %w", strings.Join(command, " "), err)
-	}
-	pw.Close()
-	go func() {
-		e.waitErr = cmd.Wait()
-		close(e.exited)
-	}()
-	go readLines(pr, e.lines)
-	return e, nil
-}
-
-// readLines sends each line of r to out, then closes out.
-func readLines(r io.ReadCloser, out chan<- line) {
-	defer close(out)
-	defer r.Close()
-	br := bufio.NewReaderSize(r, 64<<10)
-	for {
-		var buf []byte
-		for {
-			chunk, err := br.ReadSlice('\n')
-			buf = append(buf, chunk...)
-			if len(buf) > maxLine {
-				out <- line{err: fmt.Errorf("reply line longer than %d bytes", maxLine)}
-				return
-			}
-			if err == bufio.ErrBufferFull {
-				continue
-			}
-			if err != nil {
-				if len(bytes.TrimSpace(buf)) > 0 {
-					out <- line{err: fmt.Errorf("reply %q does not end with a newline", clip(buf))}
-				}
-				return
-			}
-			break
-		}
-		out <- line{data: buf}
-	}
+	return &Env{proc: p, timeout: timeout}, nil
 }
 
 // reply is the union of the reset and step replies.
@@ -184,40 +114,40 @@ func (e *Env) call(req map[string]any) (*reply, error) {
 	}
 	data = append(data, '\n')
 	select {
-	case l, ok := <-e.lines:
+	case l, ok := <-e.proc.Lines():
 		// Output nobody asked for would be taken as the next reply.
 		if !ok {
 			return nil, e.crashed()
 		}
-		if l.err != nil {
-			return nil, e.malformed(l.err.Error())
+		if l.Err != nil {
+			return nil, e.malformed(l.Err.Error())
 		}
-		return nil, e.malformed(fmt.Sprintf("unrequested output %q", clip(l.data)))
+		return nil, e.malformed(fmt.Sprintf("unrequested output %q", lineproc.Clip(l.Data, 200)))
 	default:
 	}
 	werr := make(chan error, 1)
 	go func() {
-		_, err := e.stdin.Write(data)
+		_, err := e.proc.Write(data)
 		werr <- err
 	}()
 	timer := time.NewTimer(e.timeout)
 	defer timer.Stop()
 	for {
 		select {
-		case l, ok := <-e.lines:
+		case l, ok := <-e.proc.Lines():
 			if !ok {
 				return nil, e.crashed()
 			}
-			if l.err != nil {
-				return nil, e.malformed(l.err.Error())
+			if l.Err != nil {
+				return nil, e.malformed(l.Err.Error())
 			}
 			var r reply
-			dec := json.NewDecoder(bytes.NewReader(l.data))
+			dec := json.NewDecoder(bytes.NewReader(l.Data))
 			if err := dec.Decode(&r); err != nil {
-				return nil, e.malformed(fmt.Sprintf("reply %q is not a JSON object: %v", clip(l.data), err))
+				return nil, e.malformed(fmt.Sprintf("reply %q is not a JSON object: %v", lineproc.Clip(l.Data, 200), err))
 			}
 			if dec.More() {
-				return nil, e.malformed(fmt.Sprintf("reply %q holds more than one JSON value", clip(l.data)))
+				return nil, e.malformed(fmt.Sprintf("reply %q holds more than one JSON value", lineproc.Clip(l.Data, 200)))
 			}
 			if r.Error != nil {
 				return nil, &Failure{Reason: TermError, Msg: "environment error: " + *r.Error}
@@ -228,7 +158,7 @@ func (e *Env) call(req map[string]any) (*reply, error) {
 				// The process closed its stdin or exited: its output tells which.
 				werr = nil
 				select {
-				case <-e.exited:
+				case <-e.proc.Exited():
 					return nil, e.crashed()
 				case <-timer.C:
 					e.kill()
@@ -254,16 +184,16 @@ func (e *Env) crashed() error {
 	e.dead = true
 	msg := "environment process exited"
 	select {
-	case <-e.exited:
-		if e.waitErr != nil {
-			msg += " (" + e.waitErr.Error() + ")"
+	case <-e.proc.Exited():
+		if err := e.proc.WaitErr(); err != nil {
+			msg += " (" + err.Error() + ")"
 		}
 	case <-time.After(closeGrace):
 		// The output closed but the process lives on: it is of no further use.
 		e.kill()
 		msg = "environment process closed its output"
 	}
-	if s := strings.TrimSpace(e.stderr.String()); s != "" {
+	if s := strings.TrimSpace(e.proc.Stderr()); s != "" {
 		msg += "; stderr: " + s
 	}
 	return &Failure{Reason: TermError, Msg: msg, Restart: true}
@@ -272,10 +202,9 @@ func (e *Env) crashed() error {
 // kill ends the process and waits (boundedly) for it.
 func (e *Env) kill() {
 	e.dead = true
-	killTree(e.cmd)
-	e.stdin.Close()
+	e.proc.Kill()
 	select {
-	case <-e.exited:
+	case <-e.proc.Exited():
 	case <-time.After(closeGrace):
 	}
 }
@@ -286,25 +215,6 @@ func (e *Env) Dead() bool { return e.dead }
 // Close closes the process's stdin, gives it closeGrace to exit and kills
 // it otherwise.
 func (e *Env) Close() {
-	e.stdin.Close()
-	// Unread output must not block the reader once nobody listens.
-	go func() {
-		for range e.lines {
-		}
-	}()
-	select {
-	case <-e.exited:
-	case <-time.After(closeGrace):
-		e.kill()
-	}
+	e.proc.Close(closeGrace)
 	e.dead = true
-}
-
-// clip shortens a reply for an error message.
-func clip(b []byte) string {
-	s := strings.TrimRight(string(b), "\r\n")
-	if len(s) > 200 {
-		s = s[:200] + "…"
-	}
-	return s
 }

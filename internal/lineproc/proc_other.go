@@ -1,6 +1,6 @@
 //go:build !unix
 
-package workflow
+package lineproc
 
 import "os/exec"
 
