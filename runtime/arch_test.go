@@ -131,48 +131,25 @@ func TestArchitecturesMatchFloat64Reference(t *testing.T) {
 				t.Fatal(err)
 			}
 			seqs := randomSeqs(rand.New(rand.NewPCG(1, 2)), m.Config.VocabSize, tc.lengths...)
-			sc, err := NewScorer(b, m)
-			if err != nil {
-				t.Fatal(err)
-			}
-			got, err := sc.ScoreWithEntropy(seqs)
-			if err != nil {
-				t.Fatal(err)
-			}
 			ref, err := newRefModel(m)
 			if err != nil {
 				t.Fatal(err)
 			}
-			var other *refModel
+			worst := checkScorerAgainstReference(t, b, m, ref, seqs)
+			featureEffect := 0.0
 			if tc.without != nil {
-				other = &refModel{c: m.Config, w: ref.w}
+				other := &refModel{c: m.Config, w: ref.w}
 				tc.without(&other.c)
-			}
-			worst, featureEffect := 0.0, 0.0
-			for i, s := range seqs {
-				wantLP, wantEnt := ref.logProbs(s)
-				if len(got[i].LogProbs) != len(wantLP) {
-					t.Fatalf("seq %d: %d log-probs, want %d", i, len(got[i].LogProbs), len(wantLP))
-				}
-				for j := range wantLP {
-					d := math.Abs(float64(got[i].LogProbs[j]) - wantLP[j])
-					worst = max(worst, d)
-					if d > 1e-4 {
-						t.Errorf("seq %d token %d: log-prob %v, float64 reference %v", i, j, got[i].LogProbs[j], wantLP[j])
-					}
-					if de := math.Abs(float64(got[i].Entropy[j]) - wantEnt[j]); de > 1e-4 {
-						t.Errorf("seq %d token %d: entropy %v, reference %v", i, j, got[i].Entropy[j], wantEnt[j])
-					}
-				}
-				if other != nil {
+				for _, s := range seqs {
+					want, _ := ref.logProbs(s)
 					lp, _ := other.logProbs(s)
 					for j := range lp {
-						featureEffect = max(featureEffect, math.Abs(lp[j]-wantLP[j]))
+						featureEffect = max(featureEffect, math.Abs(lp[j]-want[j]))
 					}
 				}
 			}
 			t.Logf("max |log-prob − float64 reference| = %.3g; without the feature the reference moves by %.3g", worst, featureEffect)
-			if other != nil && featureEffect < 1e-2 {
+			if tc.without != nil && featureEffect < 1e-2 {
 				t.Errorf("the case's feature changes the reference log-probs by only %.3g: the test would not see it missing", featureEffect)
 			}
 		})

@@ -68,36 +68,45 @@ func TestLogProbsMatchFloat64Reference(t *testing.T) {
 				}
 			}
 			seqs := randomSeqs(rand.New(rand.NewPCG(1, 2)), tc.cfg.VocabSize, tc.lengths...)
-			sc, err := NewScorer(b, m)
-			if err != nil {
-				t.Fatal(err)
-			}
-			got, err := sc.ScoreWithEntropy(seqs)
-			if err != nil {
-				t.Fatal(err)
-			}
 			ref, err := newRefModel(m)
 			if err != nil {
 				t.Fatal(err)
 			}
-			worst := 0.0
-			for i, s := range seqs {
-				wantLP, wantEnt := ref.logProbs(s)
-				if len(got[i].LogProbs) != len(wantLP) {
-					t.Fatalf("seq %d: %d log-probs, want %d", i, len(got[i].LogProbs), len(wantLP))
-				}
-				for j := range wantLP {
-					d := math.Abs(float64(got[i].LogProbs[j]) - wantLP[j])
-					worst = max(worst, d)
-					if d > 1e-4 {
-						t.Errorf("seq %d token %d: log-prob %v, float64 reference %v", i, j, got[i].LogProbs[j], wantLP[j])
-					}
-					if de := math.Abs(float64(got[i].Entropy[j]) - wantEnt[j]); de > 1e-4 {
-						t.Errorf("seq %d token %d: entropy %v, reference %v", i, j, got[i].Entropy[j], wantEnt[j])
-					}
-				}
-			}
+			worst := checkScorerAgainstReference(t, b, m, ref, seqs)
 			t.Logf("max |log-prob − float64 reference| = %.3g", worst)
 		})
 	}
+}
+
+// checkScorerAgainstReference scores seqs with m's Scorer and checks every
+// log-prob and entropy against the float64 reference ref to 1e-4; it
+// returns the largest log-prob difference.
+func checkScorerAgainstReference(t *testing.T, b *Backend, m *Model, ref *refModel, seqs [][]int32) float64 {
+	t.Helper()
+	sc, err := NewScorer(b, m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := sc.ScoreWithEntropy(seqs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	worst := 0.0
+	for i, s := range seqs {
+		wantLP, wantEnt := ref.logProbs(s)
+		if len(got[i].LogProbs) != len(wantLP) {
+			t.Fatalf("seq %d: %d log-probs, want %d", i, len(got[i].LogProbs), len(wantLP))
+		}
+		for j := range wantLP {
+			d := math.Abs(float64(got[i].LogProbs[j]) - wantLP[j])
+			worst = max(worst, d)
+			if d > 1e-4 {
+				t.Errorf("seq %d token %d: log-prob %v, float64 reference %v", i, j, got[i].LogProbs[j], wantLP[j])
+			}
+			if de := math.Abs(float64(got[i].Entropy[j]) - wantEnt[j]); de > 1e-4 {
+				t.Errorf("seq %d token %d: entropy %v, reference %v", i, j, got[i].Entropy[j], wantEnt[j])
+			}
+		}
+	}
+	return worst
 }
