@@ -43,7 +43,7 @@ func LoadModel(dir string) (*Model, error) {
 	if err != nil {
 		return nil, err
 	}
-	heads, err := readTensorHeaders(dir)
+	heads, err := safetensors.ReadDirHeaders(dir)
 	if err != nil {
 		return nil, fmt.Errorf("loading model %s: %w", dir, err)
 	}
@@ -78,7 +78,7 @@ func (m *Model) LoadWeights(dir string) error {
 	if err := m.Config.sameShapes(cfg); err != nil {
 		return fmt.Errorf("loading weights from %s: %w", dir, err)
 	}
-	heads, err := readTensorHeaders(dir)
+	heads, err := safetensors.ReadDirHeaders(dir)
 	if err != nil {
 		return fmt.Errorf("loading weights from %s: %w", dir, err)
 	}

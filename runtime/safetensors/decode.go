@@ -22,6 +22,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"slices"
 	"strings"
 
@@ -60,33 +61,49 @@ func ReadFile(path string) (*File, error) {
 // readChecked reads a whole safetensors file after checking, from its size
 // and its first 8 bytes, that the header it announces fits in it.
 func readChecked(path string) ([]byte, error) {
-	f, st, err := plainfile.Open(path)
+	f, size, n, err := openChecked(path)
 	if err != nil {
-		return nil, fmt.Errorf("safetensors: %w", err)
+		return nil, err
 	}
 	defer f.Close()
-	size := st.Size()
-	if size < 8 {
-		return nil, fmt.Errorf("%s: safetensors: truncated file: %d bytes, need at least 8 for the header length", path, size)
-	}
-	var head [8]byte
-	if _, err := io.ReadFull(f, head[:]); err != nil {
-		return nil, fmt.Errorf("%s: safetensors: %w", path, err)
-	}
-	if n := binary.LittleEndian.Uint64(head[:]); n > maxHeaderSize {
-		return nil, fmt.Errorf("%s: safetensors: header length %d exceeds the limit of %d bytes", path, n, maxHeaderSize)
-	} else if n > uint64(size-8) {
-		return nil, fmt.Errorf("%s: safetensors: truncated file: header length %d is beyond the file's %d bytes", path, n, size)
-	}
 	if uint64(size) > uint64(maxInt) {
 		return nil, fmt.Errorf("%s: safetensors: %d bytes is more than this platform can address", path, size)
 	}
 	data := make([]byte, size)
-	copy(data, head[:])
+	binary.LittleEndian.PutUint64(data, n)
 	if _, err := io.ReadFull(f, data[8:]); err != nil {
 		return nil, fmt.Errorf("%s: safetensors: reading %d bytes: %w", path, size, err)
 	}
 	return data, nil
+}
+
+// openChecked opens a regular safetensors file and reads its header length,
+// checked against the limit and the file's size; the file is left just past
+// those 8 bytes.
+func openChecked(path string) (f *os.File, size int64, n uint64, err error) {
+	f, st, err := plainfile.Open(path)
+	if err != nil {
+		return nil, 0, 0, fmt.Errorf("safetensors: %w", err)
+	}
+	defer func() {
+		if err != nil {
+			f.Close()
+		}
+	}()
+	size = st.Size()
+	if size < 8 {
+		return nil, 0, 0, fmt.Errorf("%s: safetensors: truncated file: %d bytes, need at least 8 for the header length", path, size)
+	}
+	var head [8]byte
+	if _, err := io.ReadFull(f, head[:]); err != nil {
+		return nil, 0, 0, fmt.Errorf("%s: safetensors: %w", path, err)
+	}
+	if n = binary.LittleEndian.Uint64(head[:]); n > maxHeaderSize {
+		return nil, 0, 0, fmt.Errorf("%s: safetensors: header length %d exceeds the limit of %d bytes", path, n, maxHeaderSize)
+	} else if n > uint64(size-8) {
+		return nil, 0, 0, fmt.Errorf("%s: safetensors: truncated file: header length %d is beyond the file's %d bytes", path, n, size)
+	}
+	return f, size, n, nil
 }
 
 // tensorInfo is one tensor entry of the header as written in JSON.
@@ -114,57 +131,73 @@ func Decode(data []byte) (*File, error) {
 	}
 	header := data[8 : 8+n]
 	body := data[8+n:]
-
-	meta, infos, err := parseHeader(header)
+	meta, entries, err := decodeHeader(header, uint64(len(body)))
 	if err != nil {
 		return nil, err
 	}
-
-	f := &File{Metadata: meta, Tensors: make(map[string]Tensor, len(infos))}
-	type span struct {
-		name       string
-		begin, end uint64
+	f := &File{Metadata: meta, Tensors: make(map[string]Tensor, len(entries))}
+	for _, e := range entries {
+		f.Tensors[e.name] = Tensor{Name: e.name, DType: e.DType, Shape: e.Shape, Data: body[e.begin:e.end:e.end]}
 	}
-	spans := make([]span, 0, len(infos))
+	return f, nil
+}
+
+// entry is one tensor of a header, checked against the data section.
+type entry struct {
+	name string
+	TensorInfo
+	begin, end uint64
+}
+
+// decodeHeader parses a JSON header and checks its entries against a data
+// section of bodyLen bytes: known dtypes, data offsets that match dtype ×
+// shape and tile the section exactly (no gaps, overlaps or trailing bytes,
+// as the reference implementation requires).
+func decodeHeader(header []byte, bodyLen uint64) (map[string]string, []entry, error) {
+	meta, infos, err := parseHeader(header)
+	if err != nil {
+		return nil, nil, err
+	}
+	entries := make([]entry, 0, len(infos))
 	for _, ti := range infos {
 		name := ti.name
 		dt := DType(*ti.info.DType)
 		if !dt.Valid() {
-			return nil, fmt.Errorf("safetensors: tensor %q: unknown dtype %q", name, dt)
+			return nil, nil, fmt.Errorf("safetensors: tensor %q: unknown dtype %q", name, dt)
 		}
 		shape := make([]int, len(*ti.info.Shape))
 		for i, d := range *ti.info.Shape {
 			if d > uint64(maxInt) {
-				return nil, fmt.Errorf("safetensors: tensor %q: dimension %d too large", name, d)
+				return nil, nil, fmt.Errorf("safetensors: tensor %q: dimension %d too large", name, d)
 			}
 			shape[i] = int(d)
 		}
 		want, err := byteSize(dt, shape)
 		if err != nil {
-			return nil, fmt.Errorf("safetensors: tensor %q: %w", name, err)
+			return nil, nil, fmt.Errorf("safetensors: tensor %q: %w", name, err)
 		}
 		offs := *ti.info.DataOffsets
 		if len(offs) != 2 {
-			return nil, fmt.Errorf("safetensors: tensor %q: data_offsets has %d numbers, want 2", name, len(offs))
+			return nil, nil, fmt.Errorf("safetensors: tensor %q: data_offsets has %d numbers, want 2", name, len(offs))
 		}
 		b, e := offs[0], offs[1]
 		if b > e {
-			return nil, fmt.Errorf("safetensors: tensor %q: data_offsets [%d, %d] end before they begin", name, b, e)
+			return nil, nil, fmt.Errorf("safetensors: tensor %q: data_offsets [%d, %d] end before they begin", name, b, e)
 		}
-		if e > uint64(len(body)) {
-			return nil, fmt.Errorf("safetensors: tensor %q: data_offsets [%d, %d] out of range: the data section has %d bytes (truncated file?)",
-				name, b, e, len(body))
+		if e > bodyLen {
+			return nil, nil, fmt.Errorf("safetensors: tensor %q: data_offsets [%d, %d] out of range: the data section has %d bytes (truncated file?)",
+				name, b, e, bodyLen)
 		}
 		if e-b != want {
-			return nil, fmt.Errorf("safetensors: tensor %q: data_offsets [%d, %d] span %d bytes, but %s%v needs %d",
+			return nil, nil, fmt.Errorf("safetensors: tensor %q: data_offsets [%d, %d] span %d bytes, but %s%v needs %d",
 				name, b, e, e-b, dt, shape, want)
 		}
-		spans = append(spans, span{name, b, e})
-		f.Tensors[name] = Tensor{Name: name, DType: dt, Shape: shape, Data: body[b:e:e]}
+		entries = append(entries, entry{name: name, TensorInfo: TensorInfo{DType: dt, Shape: shape}, begin: b, end: e})
 	}
 
-	// The spans must tile [0, len(body)) in offset order.
-	slices.SortFunc(spans, func(x, y span) int {
+	// The spans must tile [0, bodyLen) in offset order.
+	spans := slices.Clone(entries)
+	slices.SortFunc(spans, func(x, y entry) int {
 		if x.begin != y.begin {
 			return cmp.Compare(x.begin, y.begin)
 		}
@@ -175,17 +208,17 @@ func Decode(data []byte) (*File, error) {
 	for _, s := range spans {
 		switch {
 		case s.begin < pos:
-			return nil, fmt.Errorf("safetensors: tensor %q: data_offsets [%d, %d] overlap tensor %q, which ends at %d",
+			return nil, nil, fmt.Errorf("safetensors: tensor %q: data_offsets [%d, %d] overlap tensor %q, which ends at %d",
 				s.name, s.begin, s.end, prev, pos)
 		case s.begin > pos:
-			return nil, fmt.Errorf("safetensors: tensor %q: data_offsets begin at %d, leaving a gap after byte %d", s.name, s.begin, pos)
+			return nil, nil, fmt.Errorf("safetensors: tensor %q: data_offsets begin at %d, leaving a gap after byte %d", s.name, s.begin, pos)
 		}
 		pos, prev = s.end, s.name
 	}
-	if pos != uint64(len(body)) {
-		return nil, fmt.Errorf("safetensors: the tensors cover %d data bytes, but the file has %d after the header", pos, len(body))
+	if pos != bodyLen {
+		return nil, nil, fmt.Errorf("safetensors: the tensors cover %d data bytes, but the file has %d after the header", pos, bodyLen)
 	}
-	return f, nil
+	return meta, entries, nil
 }
 
 const maxInt = int(^uint(0) >> 1)

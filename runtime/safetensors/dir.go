@@ -12,6 +12,8 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+
+	"stx.dev/stx/internal/plainfile"
 )
 
 // File names of a Hugging Face model directory.
@@ -40,60 +42,84 @@ type index struct {
 // model.safetensors.index.json. Every tensor the index maps must be in its
 // shard, and every tensor of a shard must be mapped to that shard.
 func ReadDir(dir string) (map[string]Tensor, error) {
-	single := filepath.Join(dir, SingleFileName)
-	f, err := ReadFile(single)
-	if err == nil {
-		return f.Tensors, nil
-	}
-	if !errors.Is(err, fs.ErrNotExist) {
+	out := map[string]Tensor{}
+	err := walkDir(dir, func(path string) (map[string]struct{}, error) {
+		f, err := ReadFile(path)
+		if err != nil {
+			return nil, err
+		}
+		names := make(map[string]struct{}, len(f.Tensors))
+		for name, t := range f.Tensors {
+			out[name] = t
+			names[name] = struct{}{}
+		}
+		return names, nil
+	})
+	if err != nil {
 		return nil, err
 	}
+	return out, nil
+}
+
+// maxIndexSize bounds model.safetensors.index.json, read before any check.
+const maxIndexSize = 64 << 20
+
+// walkDir calls read on model.safetensors in dir, else on each shard that
+// model.safetensors.index.json names, in name order; read returns the
+// tensor names the file holds. The index must map every tensor of a shard to
+// that shard, and every tensor it maps must be there.
+func walkDir(dir string, read func(path string) (map[string]struct{}, error)) error {
+	single := filepath.Join(dir, SingleFileName)
+	_, err := read(single)
+	if err == nil || !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
 	idxPath := filepath.Join(dir, IndexFileName)
-	raw, err := os.ReadFile(idxPath)
+	raw, err := plainfile.ReadFile(idxPath, maxIndexSize)
 	if errors.Is(err, fs.ErrNotExist) {
-		return nil, fmt.Errorf("safetensors: %s has neither %s nor %s", dir, SingleFileName, IndexFileName)
+		return fmt.Errorf("safetensors: %s has neither %s nor %s", dir, SingleFileName, IndexFileName)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("safetensors: %w", err)
+		return fmt.Errorf("safetensors: %w", err)
 	}
 	var idx index
 	if err := json.Unmarshal(raw, &idx); err != nil {
-		return nil, fmt.Errorf("safetensors: %s: malformed index: %w", idxPath, err)
+		return fmt.Errorf("safetensors: %s: malformed index: %w", idxPath, err)
 	}
 	if len(idx.WeightMap) == 0 {
-		return nil, fmt.Errorf("safetensors: %s: empty or missing weight_map", idxPath)
+		return fmt.Errorf("safetensors: %s: empty or missing weight_map", idxPath)
 	}
 	shards := map[string]bool{}
 	for name, shard := range idx.WeightMap {
 		// Shards are plain file names beside the index, never paths elsewhere.
 		if shard == "" || shard != filepath.Base(shard) || shard == "." || shard == ".." {
-			return nil, fmt.Errorf("safetensors: %s: tensor %q maps to %q, which is not a file name in the directory", idxPath, name, shard)
+			return fmt.Errorf("safetensors: %s: tensor %q maps to %q, which is not a file name in the directory", idxPath, name, shard)
 		}
 		shards[shard] = true
 	}
-	out := make(map[string]Tensor, len(idx.WeightMap))
+	seen := make(map[string]bool, len(idx.WeightMap))
 	for _, shard := range slices.Sorted(maps.Keys(shards)) {
 		p := filepath.Join(dir, shard)
-		f, err := ReadFile(p)
+		names, err := read(p)
 		if errors.Is(err, fs.ErrNotExist) {
-			return nil, fmt.Errorf("safetensors: %s names shard %s, which is missing", idxPath, shard)
+			return fmt.Errorf("safetensors: %s names shard %s, which is missing", idxPath, shard)
 		}
 		if err != nil {
-			return nil, err
+			return err
 		}
-		for name, t := range f.Tensors {
+		for name := range names {
 			if want, ok := idx.WeightMap[name]; !ok || want != shard {
-				return nil, fmt.Errorf("safetensors: %s holds tensor %q, which %s does not map to it", p, name, IndexFileName)
+				return fmt.Errorf("safetensors: %s holds tensor %q, which %s does not map to it", p, name, IndexFileName)
 			}
-			out[name] = t
+			seen[name] = true
 		}
 	}
 	for _, name := range slices.Sorted(maps.Keys(idx.WeightMap)) {
-		if _, ok := out[name]; !ok {
-			return nil, fmt.Errorf("safetensors: %s maps tensor %q to %s, which lacks it", idxPath, name, idx.WeightMap[name])
+		if !seen[name] {
+			return fmt.Errorf("safetensors: %s maps tensor %q to %s, which lacks it", idxPath, name, idx.WeightMap[name])
 		}
 	}
-	return out, nil
+	return nil
 }
 
 // WriteDir writes tensors into dir (created if needed) as Hugging Face does:

@@ -206,20 +206,70 @@ func TestReadDirErrors(t *testing.T) {
 			write(t, dir, SingleFileName, "\x02\x00\x00")
 		}, "model.safetensors: safetensors: truncated file"},
 	}
+	readers := map[string]func(string) error{
+		"ReadDir":        func(dir string) error { _, err := ReadDir(dir); return err },
+		"ReadDirHeaders": func(dir string) error { _, err := ReadDirHeaders(dir); return err },
+	}
 	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			dir := t.TempDir()
-			c.setup(t, dir)
-			_, err := ReadDir(dir)
-			if c.want == "" {
-				if err != nil {
-					t.Fatal(err)
+		for rname, read := range readers {
+			t.Run(c.name+"/"+rname, func(t *testing.T) {
+				dir := t.TempDir()
+				c.setup(t, dir)
+				err := read(dir)
+				if c.want == "" {
+					if err != nil {
+						t.Fatal(err)
+					}
+					return
 				}
-				return
+				if err == nil || !strings.Contains(err.Error(), c.want) {
+					t.Fatalf("%s error = %v, want one containing %q", rname, err, c.want)
+				}
+			})
+		}
+	}
+}
+
+// TestReadDirHeadersMatchData: the headers read without the data describe
+// exactly the tensors ReadDir decodes, single file and sharded; a file cut
+// short is refused from its header alone.
+func TestReadDirHeadersMatchData(t *testing.T) {
+	for _, shardBytes := range []int64{0, 250} {
+		dir := t.TempDir()
+		if err := WriteDir(dir, modelTensors(7), shardBytes); err != nil {
+			t.Fatal(err)
+		}
+		full, err := ReadDir(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		heads, err := ReadDirHeaders(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(heads) != len(full) {
+			t.Fatalf("shards of %d bytes: %d headers, %d tensors", shardBytes, len(heads), len(full))
+		}
+		for name, tt := range full {
+			h := heads[name]
+			if h.DType != tt.DType || !reflect.DeepEqual(h.Shape, tt.Shape) || filepath.Dir(h.File) != dir {
+				t.Errorf("shards of %d bytes: %s: header %+v, tensor %s%v", shardBytes, name, h, tt.DType, tt.Shape)
 			}
-			if err == nil || !strings.Contains(err.Error(), c.want) {
-				t.Fatalf("ReadDir error = %v, want one containing %q", err, c.want)
-			}
-		})
+		}
+	}
+	dir := t.TempDir()
+	if err := WriteDir(dir, modelTensors(3), 0); err != nil {
+		t.Fatal(err)
+	}
+	p := filepath.Join(dir, SingleFileName)
+	st, err := os.Stat(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(p, st.Size()-4); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ReadHeader(p); err == nil || !strings.Contains(err.Error(), "out of range") {
+		t.Fatalf("truncated file: %v", err)
 	}
 }
