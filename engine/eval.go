@@ -76,35 +76,13 @@ func (e *evaluator) run(seed uint64) (map[string]float64, error) {
 	if err != nil {
 		return nil, fmt.Errorf("evaluation: %w", err)
 	}
-	var vs []estimators.ValSample
-	sum := 0.0
-	for i := range samples {
-		ex := e.val[i/n]
-		rew, ok := rews[i], oks[i]
-		ok = ok || rew >= k.CorrectThreshold // the task's own test, or correct_threshold
-		sum += rew
-		src := ex.DataSource
-		if src == "" {
-			src = estimators.UnknownDataSource
-		}
-		vs = append(vs, estimators.ValSample{DataSource: src, TaskID: ex.ID, Correct: ok})
+	for i := range oks {
+		oks[i] = oks[i] || rews[i] >= k.CorrectThreshold // the task's own test, or correct_threshold
 	}
-	ks := []int{1}
-	if n > 1 {
-		ks = append(ks, n)
-	}
-	m, err := estimators.ValidationMetrics(vs, ks)
+	m, err := validationMetrics(owners, rews, oks, n)
 	if err != nil {
-		return nil, fmt.Errorf("evaluation: %w", err)
+		return nil, err
 	}
-	correct := 0.0
-	for _, v := range vs {
-		if v.Correct {
-			correct++
-		}
-	}
-	m["val/accuracy"] = correct / float64(len(vs))
-	m["val/reward_mean"] = sum / float64(len(vs))
 	if e.kl != nil {
 		comps := make([][]int32, len(samples))
 		for i, s := range samples {
@@ -114,5 +92,35 @@ func (e *evaluator) run(seed uint64) (map[string]float64, error) {
 			return nil, fmt.Errorf("evaluation: %w", err)
 		}
 	}
+	return m, nil
+}
+
+// validationMetrics turns scored validation samples (n per prompt; owners[i]
+// is sample i's example) into val/accuracy (mean pass@1), val/reward_mean and
+// val/<source>/pass@k.
+func validationMetrics(owners []tasks.Example, rews []float64, oks []bool, n int) (map[string]float64, error) {
+	vs := make([]estimators.ValSample, len(owners))
+	sum, correct := 0.0, 0.0
+	for i, ex := range owners {
+		src := ex.DataSource
+		if src == "" {
+			src = estimators.UnknownDataSource
+		}
+		vs[i] = estimators.ValSample{DataSource: src, TaskID: ex.ID, Correct: oks[i]}
+		sum += rews[i]
+		if oks[i] {
+			correct++
+		}
+	}
+	ks := []int{1}
+	if n > 1 {
+		ks = append(ks, n)
+	}
+	m, err := estimators.ValidationMetrics(vs, ks)
+	if err != nil {
+		return nil, fmt.Errorf("evaluation: %w", err)
+	}
+	m["val/accuracy"] = correct / float64(len(vs))
+	m["val/reward_mean"] = sum / float64(len(vs))
 	return m, nil
 }

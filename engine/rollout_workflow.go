@@ -430,36 +430,20 @@ func (g *rolloutGen) workflowEval(val []tasks.Example, seed uint64) (map[string]
 	}
 	// workflow/env_restarts counts the rollouts' restarts only.
 	g.workflow.restarts = g.workflow.runner.Restarts()
-	var vs []estimators.ValSample
-	sum, correct, turns, invalid := 0.0, 0.0, 0.0, 0.0
+	rews, oks := make([]float64, len(eps)), make([]bool, len(eps))
+	turns, invalid := 0.0, 0.0
 	for i, ep := range eps {
-		ok := ep.Correct(k.CorrectThreshold)
-		if ok {
-			correct++
-		}
+		rews[i], oks[i] = ep.Reward(), ep.Correct(k.CorrectThreshold)
 		if ep.Filtered(g.workflow.filter) {
 			invalid++
 		}
-		sum += ep.Reward()
 		turns += float64(len(ep.Steps))
-		src := owners[i].DataSource
-		if src == "" {
-			src = estimators.UnknownDataSource
-		}
-		vs = append(vs, estimators.ValSample{DataSource: src, TaskID: owners[i].ID, Correct: ok})
 	}
-	ks := []int{1}
-	if n > 1 {
-		ks = append(ks, n)
-	}
-	m, err := estimators.ValidationMetrics(vs, ks)
+	m, err := validationMetrics(owners, rews, oks, n)
 	if err != nil {
-		return nil, fmt.Errorf("evaluation: %w", err)
+		return nil, err
 	}
-	N := float64(len(eps))
-	m["val/accuracy"] = correct / N
-	m["val/reward_mean"] = sum / N
-	m["val/workflow/turns/mean"] = turns / N
+	m["val/workflow/turns/mean"] = turns / float64(len(eps))
 	m["val/workflow/invalid"] = invalid
 	return m, nil
 }

@@ -107,22 +107,9 @@ func lastBoxed(text string) (string, bool) {
 		}
 		rest = strings.TrimLeft(rest, " ")
 	}
-	if !strings.HasPrefix(rest, "{") {
-		return "", false
-	}
-	depth := 0
-	for i, r := range rest {
-		switch r {
-		case '{':
-			depth++
-		case '}':
-			depth--
-			if depth == 0 {
-				return rest[1:i], true
-			}
-		}
-	}
-	return "", false // unbalanced: no answer rather than a truncated one
+	// Unbalanced braces give no answer rather than a truncated one.
+	inner, _, ok := braced(rest)
+	return inner, ok
 }
 
 // lastNumberRE matches a number in running text: sign, digits with
