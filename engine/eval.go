@@ -27,7 +27,7 @@ func newEvaluator(gen *rolloutGen, task tasks.Task) (*evaluator, error) {
 		val = val[:maxValPrompts]
 	}
 	if gen.render != nil {
-		if err := tasks.RenderPrompts(val, gen.render); err != nil {
+		if err := gen.renderPrompts(val); err != nil {
 			return nil, fmt.Errorf("validation: %w", err)
 		}
 	}

@@ -6,28 +6,39 @@ import (
 	"stx.dev/stx/engine/tasks"
 	"stx.dev/stx/engine/workflow"
 	"stx.dev/stx/runtime/chat"
-	"stx.dev/stx/runtime/tokenizer"
 )
 
-// promptRenderer is how the rollout model turns a dataset's chat messages
-// into its prompt text. A Hugging Face model directory with a chat template
-// (tokenizer_config.json "chat_template" or chat_template.jinja) renders the
-// messages with it, as apply_chat_template does; a tokenizer that implements
-// tasks.PromptRenderer itself renders them; the others (the built-in
-// byte-level models, which were never trained on a chat format) get
-// tasks.PlainRenderer's "role: content" lines.
-func promptRenderer(tok tokenizer.Tokenizer, modelDir string) (tasks.PromptRenderer, error) {
-	if modelDir != "" && chat.Has(modelDir) {
-		t, err := chat.Load(modelDir)
-		if err != nil {
-			return nil, fmt.Errorf("chat template of %s: %w", modelDir, err)
+// promptRenderer is how the rollout model turns chat messages into its
+// prompt text. A Hugging Face model directory with a chat template
+// (tokenizer_config.json "chat_template" or chat_template.jinja) renders them
+// with it, as apply_chat_template does, and templated is true: every prompt
+// then goes through the template, which also writes the special tokens
+// (BOS) the model expects. The others (the built-in byte-level models, which
+// were never trained on a chat format) get tasks.PlainRenderer's
+// "role: content" lines, and text prompts stay as they are.
+func promptRenderer(modelDir string) (r tasks.PromptRenderer, templated bool, err error) {
+	if modelDir == "" || !chat.Has(modelDir) {
+		return tasks.PlainRenderer{}, false, nil
+	}
+	t, err := chat.Load(modelDir)
+	if err != nil {
+		return nil, false, fmt.Errorf("chat template of %s: %w", modelDir, err)
+	}
+	return templateRenderer{t}, true, nil
+}
+
+// renderPrompts sets the prompt text of exs from their chat messages; with
+// a chat template, a text prompt is first made the user's message, so that
+// the model sees every prompt in the format it was trained on.
+func (g *rolloutGen) renderPrompts(exs []tasks.Example) error {
+	if g.enc.templated {
+		for i := range exs {
+			if len(exs[i].Messages) == 0 {
+				exs[i].Messages = []tasks.Message{{Role: "user", Content: exs[i].Prompt}}
+			}
 		}
-		return templateRenderer{t}, nil
 	}
-	if r, ok := tok.(tasks.PromptRenderer); ok {
-		return r, nil
-	}
-	return tasks.PlainRenderer{}, nil
+	return tasks.RenderPrompts(exs, g.render)
 }
 
 // templateRenderer adapts a model's chat template to tasks.PromptRenderer.

@@ -39,32 +39,37 @@ func (f *feeder) next(n int) []tasks.Example {
 // epoch is the number of completed passes over the train split.
 func (f *feeder) epoch() float64 { return float64(f.Cursor) / float64(len(f.train)) }
 
-// encoder turns text into the model's token sequences: BOS + prompt (the last
-// max_prompt_tokens tokens), completion + EOS.
+// encoder turns text into the model's token sequences: prompt (its last
+// max_prompt_tokens tokens), completion + EOS. A prompt gets the tokenizer's
+// BOS in front unless a chat template rendered it: the template writes the
+// special tokens it wants itself (as apply_chat_template, which tokenizes
+// without adding any).
 type encoder struct {
 	tok       tokenizer.Tokenizer
 	maxPrompt int
+	templated bool
 }
 
-func (e encoder) prompt(text string) []int32 {
+// tokens encodes a whole prompt.
+func (e encoder) tokens(text string) []int32 {
 	ids := e.tok.Encode(text)
-	if bos := e.tok.BOS(); bos >= 0 && len(ids) > 0 && ids[0] == bos {
-		ids = ids[1:] // a chat template wrote BOS itself: keep one, in front
+	if bos := e.tok.BOS(); bos >= 0 && !e.templated {
+		ids = append([]int32{bos}, ids...)
 	}
-	if e.maxPrompt > 0 && len(ids) > e.maxPrompt-1 {
-		ids = ids[len(ids)-(e.maxPrompt-1):]
-	}
-	return withBOS(e.tok, ids)
+	return ids
 }
 
-// withBOS puts the tokenizer's BOS in front of ids unless it is there
-// already (a chat template such as Llama 3's writes bos_token itself).
-func withBOS(tok tokenizer.Tokenizer, ids []int32) []int32 {
-	bos := tok.BOS()
-	if bos < 0 || (len(ids) > 0 && ids[0] == bos) {
+// prompt encodes a prompt and keeps its last max_prompt_tokens tokens, BOS
+// (when it is added) kept in front.
+func (e encoder) prompt(text string) []int32 {
+	ids := e.tokens(text)
+	if e.maxPrompt <= 0 || len(ids) <= e.maxPrompt {
 		return ids
 	}
-	return append([]int32{bos}, ids...)
+	if bos := e.tok.BOS(); bos >= 0 && !e.templated {
+		return append([]int32{bos}, ids[len(ids)-(e.maxPrompt-1):]...)
+	}
+	return ids[len(ids)-e.maxPrompt:]
 }
 
 func (e encoder) completion(text string) []int32 {

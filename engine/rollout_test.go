@@ -3,7 +3,6 @@ package engine
 import (
 	"fmt"
 	"slices"
-	"strings"
 	"testing"
 
 	"stx.dev/stx/engine/tasks"
@@ -85,33 +84,27 @@ func TestReshuffleKeepsUnits(t *testing.T) {
 	}
 }
 
-// bosTok is a byte tokenizer whose text "<s>" encodes to its BOS, as a
-// chat template's bos_token does with a real tokenizer.
-type bosTok struct{ *tokenizer.Byte }
-
-func (t bosTok) Encode(text string) []int32 {
-	if rest, ok := strings.CutPrefix(text, "<s>"); ok {
-		return append([]int32{t.BOS()}, t.Byte.Encode(rest)...)
-	}
-	return t.Byte.Encode(text)
-}
-
-func TestEncoderPromptOneBOS(t *testing.T) {
-	tok := bosTok{&tokenizer.Byte{}}
+// TestEncoderPromptBOS: a plain prompt gets the tokenizer's BOS in front,
+// also when cut to max_prompt_tokens; a prompt a chat template rendered gets
+// none (the template writes its own special tokens), and is cut the same way.
+func TestEncoderPromptBOS(t *testing.T) {
+	tok := &tokenizer.Byte{}
 	bos := tok.BOS()
 	for _, tc := range []struct {
 		text      string
 		maxPrompt int
+		templated bool
 		want      []int32
 	}{
-		{"ab", 0, []int32{bos, 'a', 'b'}},
-		{"<s>ab", 0, []int32{bos, 'a', 'b'}},  // the template wrote BOS: not twice
-		{"<s>abc", 3, []int32{bos, 'b', 'c'}}, // cut from the left, BOS kept in front
-		{"abc", 3, []int32{bos, 'b', 'c'}},
+		{"ab", 0, false, []int32{bos, 'a', 'b'}},
+		{"abc", 3, false, []int32{bos, 'b', 'c'}},
+		{"abc", 4, false, []int32{bos, 'a', 'b', 'c'}},
+		{"ab", 0, true, []int32{'a', 'b'}},
+		{"abcd", 3, true, []int32{'b', 'c', 'd'}},
 	} {
-		got := encoder{tok: tok, maxPrompt: tc.maxPrompt}.prompt(tc.text)
-		if !slices.Equal(got, tc.want) {
-			t.Errorf("prompt(%q, max %d) = %v, want %v", tc.text, tc.maxPrompt, got, tc.want)
+		e := encoder{tok: tok, maxPrompt: tc.maxPrompt, templated: tc.templated}
+		if got := e.prompt(tc.text); !slices.Equal(got, tc.want) {
+			t.Errorf("prompt(%q, max %d, templated %v) = %v, want %v", tc.text, tc.maxPrompt, tc.templated, got, tc.want)
 		}
 	}
 }

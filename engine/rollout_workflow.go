@@ -105,7 +105,7 @@ func (p *samplerPolicy) Act(convs [][]workflow.Message) ([]workflow.Action, erro
 		if err != nil {
 			return nil, fmt.Errorf("workflow: render the conversation: %w", err)
 		}
-		ids := withBOS(g.tok, g.tok.Encode(text))
+		ids := g.enc.tokens(text)
 		// A conversation cut to fit would lose its task: it ends the episode.
 		if len(ids) > k.MaxPromptTokens || (p.w.maxPositions > 0 && len(ids)+k.MaxNewTokens > p.w.maxPositions) {
 			out[i].Truncated = true

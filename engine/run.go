@@ -280,16 +280,16 @@ func newLoop(rec *schema.Recipe, opts RunOptions, from *resumeFrom) (*loop, erro
 	if err != nil {
 		return nil, fmt.Errorf("sampler: %w", err)
 	}
-	render, err := promptRenderer(tok, rollout.dir)
+	render, templated, err := promptRenderer(rollout.dir)
 	if err != nil {
 		return nil, fmt.Errorf("role %q: %w", rollout.name(), err)
 	}
-	if err := tasks.RenderPrompts(train, render); err != nil {
+	l.gen = &rolloutGen{rec: rec, kind: kind, role: l.primary.name(), feed: &feeder{train: train, seed: uint64(k.Seed)},
+		enc: encoder{tok: tok, maxPrompt: k.MaxPromptTokens, templated: templated}, reward: reward, sampler: sampler, tok: tok,
+		remax: k.EstimatorFor(l.primary.name()) == estimators.ReMax, render: render}
+	if err := l.gen.renderPrompts(train); err != nil {
 		return nil, fmt.Errorf("task %s: %w", rec.Task.Name, err)
 	}
-	l.gen = &rolloutGen{rec: rec, kind: kind, role: l.primary.name(), feed: &feeder{train: train, seed: uint64(k.Seed)},
-		enc: encoder{tok: tok, maxPrompt: k.MaxPromptTokens}, reward: reward, sampler: sampler, tok: tok,
-		remax: k.EstimatorFor(l.primary.name()) == estimators.ReMax, render: render}
 	if t := l.primary.node.Role.InitString("teacher"); t != "" && l.byName[t] != nil {
 		if l.gen.teacher, err = runtime.NewSampler(l.backend, l.byName[t].model); err != nil {
 			return nil, fmt.Errorf("teacher sampler: %w", err)
