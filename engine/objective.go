@@ -46,8 +46,8 @@ func ObjectiveFor(rec *schema.Recipe) Objective {
 			continue
 		}
 		p := n.Role.Name + "/"
-		if n.Contract.Name == "aggrevate" {
-			// AggreVaTe imitates the teacher's cost-to-go (the task reward of its
+		if n.Contract.TeacherReward {
+			// It imitates the teacher's cost-to-go (the task reward of its
 			// completions), not its distribution.
 			return Objective{Name: "val accuracy", Key: "val/accuracy"}
 		}

@@ -135,7 +135,7 @@ func builtins() []Contract {
 			Produces: func(RoleConfig) []string { return keys(KeyLogProbs, KeyActions) },
 		},
 		{
-			Name: "aggrevate", Data: DataRL, Teacher: true,
+			Name: "aggrevate", Data: DataRL, Teacher: true, TeacherReward: true,
 			Doc:      "AggreVaTe: imitation weighted by the expert's cost-to-go (Ross & Bagnell, 2014)",
 			Requires: func(c RoleConfig) []string { return trainOnly(c, lmForward, KeyRewards) },
 			Produces: func(RoleConfig) []string { return keys(KeyLogProbs) },

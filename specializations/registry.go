@@ -109,6 +109,11 @@ type Contract struct {
 	// Teacher is true when its rollouts need a frozen teacher role, named by
 	// the role's init.teacher.
 	Teacher bool
+	// TeacherReward is true for a Teacher specialization that follows the
+	// teacher's reward-to-go of candidate actions rather than its
+	// distribution (AggreVaTe): its progress shows in task accuracy, not in
+	// the KL to the teacher.
+	TeacherReward bool
 	// New builds the specialization for a role; nil for a contract registered
 	// only so that `stx vet` can check recipes that use it.
 	New func(RoleConfig) (Specialization, error)
