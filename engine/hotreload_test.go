@@ -614,7 +614,7 @@ func TestHotKnobsReachSamplerAndSpecialization(t *testing.T) {
 	edited.Knobs.Temperature, edited.Knobs.EntropyCoef, edited.Knobs.KLLossCoef = 0.5, 0.01, 0.2
 	edited.Knobs.ClipRatioHigh = 0.1
 	edited.Knobs.DROBeta = 0.1
-	if err := l.reloadTo(0, &edited); err != nil {
+	if err := l.reloads.reloadTo(0, &edited); err != nil {
 		t.Fatal(err)
 	}
 	if got := l.gen.sampleOptions(1, false).Temperature; got != 0.5 {

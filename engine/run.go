@@ -84,22 +84,6 @@ func (l *loop) objectiveResult() *ObjectiveResult {
 	return &ObjectiveResult{Objective: o, First: first, Last: last, Span: o.Span(recs)}
 }
 
-// engineFile is the loop's own state in every checkpoint.
-const engineFile = "engine.json"
-
-// loopState is what a checkpoint needs beyond the roles' trainers to continue
-// exactly where the run was: the next rollout, the step counter, the data
-// position and the sampler's RNG.
-type loopState struct {
-	Rollout int    `json:"rollout"` // the rollout the checkpoint completed
-	Step    int    `json:"step"`
-	Cursor  int    `json:"cursor"`
-	RNG     []byte `json:"rng"`
-	// Version is the recipe version in force at the checkpoint
-	// (recipes/v<N>.cue); a resumed run starts from it.
-	Version int `json:"version,omitempty"`
-}
-
 // ErrNonFinite is returned (wrapped) when a loss or gradient norm is NaN or infinite.
 var ErrNonFinite = errors.New("non-finite loss or gradient")
 
@@ -147,7 +131,7 @@ func Run(ctx context.Context, cat *schema.Catalog, name string, opts RunOptions)
 		}
 		return nil, err
 	}
-	l.watch, l.resume, l.version = watch, rp, 1
+	l.reloads.watch, l.ckpt.resume, l.version = watch, rp, 1
 	if rp != nil {
 		l.dir = rp.dir
 	}
@@ -155,29 +139,24 @@ func Run(ctx context.Context, cat *schema.Catalog, name string, opts RunOptions)
 	return l.run(ctx, rec)
 }
 
-// loop is one run in progress.
+// loop is one run in progress: the outer loop over rollouts and what it
+// keeps between them (the data position, the sampling RNG, the step count).
+// The work of each phase is its collaborators': gen generates the data,
+// train takes the optimizer steps, ckpt writes and restores checkpoints,
+// reloads applies recipe edits at rollout boundaries.
 type loop struct {
-	rec     *schema.Recipe // the recipe in force (hot reloads replace it)
-	version int            // its version in the run directory
-	watch   *reloader      // nil when the recipe files are not watched
-	resume  *resumePoint   // set when resuming
+	*env
+	*roleSet
 	kind    specializations.DataKind
-	g       *Graph
-	opts    RunOptions
-	con     *console
-	backend *runtime.Backend
-	dir     *rundir.Dir
-	roles   []*role
-	byName  map[string]*role
-	primary *role // the first trainable role: its kind of data is generated
-	gen     *rolloutGen
-	eval    *evaluator
-	rng     *rand.PCG
-	state   loopState
-	start   int // first rollout of this process
-	total   int // optimizer steps the schedule spans
 	unit    int // rows that stay together when reshuffling (2 for pairs)
 	nTrain  int // examples in the train split (total_epochs)
+	gen     *rolloutGen
+	eval    *evaluator
+	train   *trainer
+	ckpt    *checkpointer
+	reloads *hotReload
+	rng     *rand.PCG // draws each rollout's sampling seed
+	state   loopState
 	res     Result
 	last    map[string]float64 // the last rollout's final metrics record (console)
 	// rowAdv are the primary role's per-row advantages of the current
@@ -185,12 +164,43 @@ type loop struct {
 	rowAdv []float64
 }
 
+// env is what the loop and its collaborators share: the recipe in force,
+// which hot reloads replace, with the schedule length derived from it, and
+// where the run reports (the console, the run directory once open).
+type env struct {
+	rec     *schema.Recipe // the recipe in force
+	version int            // its version in the run directory
+	total   int            // optimizer steps the LR schedule spans under rec
+	opts    RunOptions
+	con     *console
+	backend *runtime.Backend
+	dir     *rundir.Dir // nil until the run directory is open
+}
+
+// roleSet is the run's roles, in graph order and by name.
+type roleSet struct {
+	roles   []*role
+	byName  map[string]*role
+	primary *role // the first trainable role: its kind of data is generated
+}
+
+func newRoleSet(roles []*role) *roleSet {
+	s := &roleSet{roles: roles, byName: map[string]*role{}}
+	for _, r := range roles {
+		s.byName[r.name()] = r
+		if s.primary == nil && r.trainable() {
+			s.primary = r
+		}
+	}
+	return s
+}
+
 func newLoop(rec *schema.Recipe, opts RunOptions, from *resumeFrom) (*loop, error) {
 	g, probs := BuildGraph(rec)
 	if len(probs) > 0 {
 		return nil, fmt.Errorf("recipe %s: %s: %s", rec.Name, probs[0].Path, probs[0].Msg)
 	}
-	l := &loop{rec: rec, g: g, opts: opts, con: &console{w: opts.Out, quiet: opts.Quiet, json: opts.JSON},
+	l := &loop{env: &env{rec: rec, opts: opts, con: &console{w: opts.Out, quiet: opts.Quiet, json: opts.JSON}},
 		res: Result{Phases: map[string]time.Duration{}}}
 	var err error
 	if l.backend, err = runtime.NewBackend(opts.Backend); err != nil {
@@ -227,16 +237,11 @@ func newLoop(rec *schema.Recipe, opts RunOptions, from *resumeFrom) (*loop, erro
 	if err != nil {
 		return nil, err
 	}
-	if l.roles, err = buildRoles(l.backend, g, max(l.total, 1), from, starts); err != nil {
+	roles, err := buildRoles(l.backend, g, max(l.total, 1), from, starts)
+	if err != nil {
 		return nil, err
 	}
-	l.byName = map[string]*role{}
-	for _, r := range l.roles {
-		l.byName[r.name()] = r
-		if l.primary == nil && r.trainable() {
-			l.primary = r
-		}
-	}
+	l.roleSet = newRoleSet(roles)
 	if l.primary == nil {
 		return nil, fmt.Errorf("recipe %s has no trainable role", rec.Name)
 	}
@@ -269,6 +274,7 @@ func newLoop(rec *schema.Recipe, opts RunOptions, from *resumeFrom) (*loop, erro
 			reward: reward, flow: rollout.flow}
 		l.eval = &evaluator{gen: l.gen, task: task}
 		l.rng = rand.NewPCG(uint64(k.Seed), 0x5a3b1e)
+		l.wire(g)
 		built = true
 		return l, nil
 	}
@@ -321,8 +327,16 @@ func newLoop(rec *schema.Recipe, opts RunOptions, from *resumeFrom) (*loop, erro
 	if opts.hooks != nil {
 		l.gen.fault = opts.hooks.rolloutFault
 	}
+	l.wire(g)
 	built = true
 	return l, nil
+}
+
+// wire builds the loop's collaborators over what newLoop made.
+func (l *loop) wire(g *Graph) {
+	l.train = &trainer{env: l.env, roleSet: l.roleSet, g: g, state: &l.state, rowsPerStep: l.rowsPerStep}
+	l.ckpt = &checkpointer{env: l.env, roleSet: l.roleSet, state: &l.state, rng: l.rng, feed: l.gen.feed}
+	l.reloads = &hotReload{env: l.env, roleSet: l.roleSet, gen: l.gen, steps: l.scheduleSteps}
 }
 
 // logRetry records a retried generation in events.jsonl and on the console.
@@ -354,6 +368,16 @@ func (l *loop) expectedRows(kind specializations.DataKind) int {
 	return k.RolloutBatchSize * max(k.NSamplesPerPrompt, 1)
 }
 
+// scheduleSteps is the number of optimizer steps the LR schedule spans
+// under knobs k: total_batches, or the planned rollouts (num_rollout,
+// capped by total_epochs) × passes × steps per pass.
+func (l *loop) scheduleSteps(k schema.Knobs) int {
+	if k.TotalBatches > 0 {
+		return k.TotalBatches
+	}
+	return l.plannedRollouts(k) * max(k.NumTrainPasses, 1) * l.stepsPerPass(l.expectedRows(l.kind))
+}
+
 // stepsPerPass is the number of optimizer steps over rows rows.
 func (l *loop) stepsPerPass(rows int) int {
 	tb := l.rowsPerStep()
@@ -381,7 +405,9 @@ func (l *loop) close() {
 			l.con.printf("reward: %v\n", err)
 		}
 	}
-	l.watch.close()
+	if l.reloads != nil {
+		l.reloads.watch.close()
+	}
 	if l.gen != nil {
 		l.gen.workflow.close()
 	}
@@ -390,114 +416,12 @@ func (l *loop) close() {
 	}
 }
 
-// openDir creates the run directory, or restores the trainers and the loop
-// state of the run being resumed from its last complete checkpoint.
-func (l *loop) openDir() error {
-	k := l.rec.Knobs
-	rp := l.resume
-	if rp == nil {
-		text, err := RecipeCUE(l.rec)
-		if err != nil {
-			return err
-		}
-		now := time.Now
-		if l.opts.Now != nil {
-			now = l.opts.Now
-		}
-		root := l.opts.RunsDir
-		if root == "" {
-			root = "runs"
-		}
-		if l.dir, err = rundir.Create(root, l.rec.Name, now()); err != nil {
-			return err
-		}
-		if err := l.dir.WriteRecipe(1, text); err != nil {
-			return err
-		}
-		if err := l.keepInitial(); err != nil {
-			return err
-		}
-		l.state.Rollout = -1
-		return l.dir.LogEvent(rundir.Event{Type: rundir.EventRunStart, Rollout: 0, Version: 1,
-			Message: l.backend.Describe()})
-	}
-	for _, n := range l.dir.Notes() {
-		l.con.printf("resume: %s\n", n)
-	}
-	// config.cue is the recipe in force: the checkpoint's version, until a
-	// reload below or later records the next.
-	if err := l.dir.WriteRecipe(rp.version, rp.text); err != nil {
-		return fmt.Errorf("resume %s: %w", l.opts.Resume, err)
-	}
-	l.version = rp.version
-	l.state = rp.state
-	for _, r := range l.roles {
-		if r.flow != nil && r.flow.trainer != nil {
-			if err := r.flow.load(rp.cp.RolePath(r.name())); err != nil {
-				return fmt.Errorf("resume role %q: %w", r.name(), err)
-			}
-			// The schedule follows the running recipe, not the saved one.
-			r.flow.sched = schedule(k, max(l.total, 1))
-			continue
-		}
-		if r.trainer == nil {
-			continue
-		}
-		if _, err := r.trainer.LoadCheckpoint(rp.cp.RolePath(r.name())); err != nil {
-			return fmt.Errorf("resume role %q: %w", r.name(), err)
-		}
-		// The schedule follows the running recipe, not the saved one.
-		if err := r.trainer.SetSchedule(schedule(k, max(l.total, 1))); err != nil {
-			return err
-		}
-	}
-	if err := l.rng.UnmarshalBinary(l.state.RNG); err != nil {
-		return fmt.Errorf("resume: rng: %w", err)
-	}
-	l.gen.feed.Cursor = l.state.Cursor
-	if err := l.dir.TruncateMetricsAfter(l.state.Step); err != nil {
-		return err
-	}
-	if err := l.dir.TruncateEpisodesAfter(l.state.Rollout); err != nil {
-		return err
-	}
-	l.con.printf("resuming %s from the checkpoint of rollout %d (step %d, recipe v%d)\n", l.dir.Path(), l.state.Rollout+1, l.state.Step, l.version)
-	return l.dir.LogEvent(rundir.Event{Type: rundir.EventRunResume, Rollout: l.state.Rollout, Version: l.version, Checkpoint: rp.cp.Path})
-}
-
-// keepInitial keeps in the run directory the initial weights that a resume
-// needs and no checkpoint holds: those of frozen roles and of the frozen
-// reference of with_ref roles, where they come from a model directory.
-// Hard links cost nothing; where they fail the files are copied, which is
-// reported.
-func (l *loop) keepInitial() error {
-	for _, r := range l.roles {
-		if r.flow != nil || r.dir == "" || (r.ref == nil && r.trainer != nil) {
-			continue
-		}
-		files, err := modelFiles(r.dir)
-		if err != nil {
-			return fmt.Errorf("role %q: %w", r.name(), err)
-		}
-		copied, err := l.dir.KeepInitial(r.name(), files)
-		if err != nil {
-			return err
-		}
-		if copied > 0 {
-			msg := fmt.Sprintf("role %q: copied %d bytes of initial weights from %s into %s (hard links failed), so that resuming does not need the source",
-				r.name(), copied, r.dir, l.dir.InitialPath(r.name()))
-			l.con.printf("%s\n", msg)
-			if err := l.dir.LogEvent(rundir.Event{Type: rundir.EventWarning, Message: msg}); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
-}
-
-// run is the outer loop. disk is the recipe of the files on disk: on resume,
-// where it differs from the checkpoint's version, the difference is applied
-// as a reload before the first rollout.
+// run is the outer loop, as in train.py: per rollout id, generate, train
+// every trainable role on the data num_train_passes times, push the weights
+// to the samplers, checkpoint at the cadence, then apply a pending hot
+// reload. disk is the recipe of the files on disk: on resume, where it
+// differs from the checkpoint's version, the difference is applied as a
+// reload before the first rollout.
 func (l *loop) run(ctx context.Context, disk *schema.Recipe) (res *Result, err error) {
 	// Every run that has a directory ends with run_end, however it ends:
 	// also when resuming fails, or the first rollout does (its rollout is
@@ -516,38 +440,15 @@ func (l *loop) run(ctx context.Context, disk *schema.Recipe) (res *Result, err e
 			err = lerr
 		}
 	}()
-	if err := l.openDir(); err != nil {
+	if err := l.open(disk); err != nil {
 		return nil, err
 	}
-	l.res.Dir = l.dir.Path()
-	l.con.printf("stx run %s: %s\n", l.rec.Name, l.backend.Describe())
-	l.con.printf("run directory %s\n", l.dir.Path())
-	if l.watch != nil {
-		l.con.printf("watching %s: hot knobs of saved edits take effect at rollout boundaries (--no-watch turns this off)\n",
-			strings.Join(l.watch.files, ", "))
-	}
-	l.con.event("start", map[string]any{"recipe": l.rec.Name, "dir": l.dir.Path(), "backend": l.backend.Describe(),
-		"version": l.version, "watching": l.watch != nil})
-	if l.resume != nil {
-		if err := l.reloadTo(l.state.Rollout, disk); err != nil {
-			return nil, err
-		}
-	}
 	k := l.rec.Knobs
-	l.start = l.state.Rollout + 1
-	if l.start == 0 && (k.EvalBeforeTrain && !l.opts.NoEvalBefore || k.EvalOnly) {
-		m, err := l.evaluate(0)
-		if err != nil {
+	start := l.state.Rollout + 1
+	if start == 0 && (k.EvalBeforeTrain && !l.opts.NoEvalBefore || k.EvalOnly) {
+		if err := l.evaluateBefore(); err != nil {
 			return nil, err
 		}
-		if err := l.dir.LogMetrics(0, m); err != nil {
-			return nil, err
-		}
-		what := fmt.Sprintf("%d prompts", len(l.eval.val))
-		if l.gen.flow != nil {
-			what = fmt.Sprintf("%d samples", flowValSamples)
-		}
-		l.con.printf("validation before training: accuracy %.3f (%s)\n", m["val/accuracy"], what)
 		if k.EvalOnly {
 			return &l.res, nil
 		}
@@ -556,23 +457,16 @@ func (l *loop) run(ctx context.Context, disk *schema.Recipe) (res *Result, err e
 	saved, done := l.state.Rollout, l.state.Rollout
 	// The knobs are read afresh at every rollout: a hot reload at the
 	// boundary may have changed num_rollout, total_batches or a cadence.
-	for id := l.start; id < l.rec.Knobs.NumRollout; id++ {
-		if k := l.rec.Knobs; k.TotalBatches > 0 && l.state.Step >= k.TotalBatches || l.epochsDone() {
-			break
-		}
+	for id := start; id < l.rec.Knobs.NumRollout && !l.finished(); id++ {
 		if err := l.rollout(id); err != nil {
 			return nil, err
 		}
-		k := l.rec.Knobs
 		done = id
 		l.res.Rollouts++
-		n := id + 1 - l.start
-		planned := l.plannedRollouts(k)
-		eta := time.Duration(float64(time.Since(begin)) / float64(n) * float64(max(planned-id-1, 0)))
-		l.con.progress(id, planned, l.last, time.Since(begin), eta)
+		l.progress(id, start, begin)
+		k := l.rec.Knobs
 		interrupted := ctx.Err() != nil
-		last := id == k.NumRollout-1 || (k.TotalBatches > 0 && l.state.Step >= k.TotalBatches) || l.epochsDone()
-		if (k.SaveEvery > 0 && (id+1)%k.SaveEvery == 0) || last || interrupted {
+		if k.SaveEvery > 0 && (id+1)%k.SaveEvery == 0 || id == k.NumRollout-1 || l.finished() || interrupted {
 			if err := l.save(id); err != nil {
 				return nil, err
 			}
@@ -585,7 +479,7 @@ func (l *loop) run(ctx context.Context, disk *schema.Recipe) (res *Result, err e
 			l.con.printf("interrupted: checkpoint of rollout %d saved in %s\n", id+1, l.dir.Path())
 			break
 		}
-		if err := l.applyPendingReload(id); err != nil {
+		if err := l.reloads.applyPendingReload(id); err != nil {
 			return nil, err
 		}
 	}
@@ -597,6 +491,69 @@ func (l *loop) run(ctx context.Context, disk *schema.Recipe) (res *Result, err e
 	l.res.Steps = l.state.Step
 	l.res.Objective = l.objectiveResult()
 	return &l.res, nil
+}
+
+// open creates the run directory, or restores the run being resumed, and
+// says where the run is; on resume the recipe files' edits since the
+// checkpoint's version (disk) are applied as a reload.
+func (l *loop) open(disk *schema.Recipe) error {
+	if err := l.ckpt.open(); err != nil {
+		return err
+	}
+	l.res.Dir = l.dir.Path()
+	l.con.printf("stx run %s: %s\n", l.rec.Name, l.backend.Describe())
+	l.con.printf("run directory %s\n", l.dir.Path())
+	watch := l.reloads.watch
+	if watch != nil {
+		l.con.printf("watching %s: hot knobs of saved edits take effect at rollout boundaries (--no-watch turns this off)\n",
+			strings.Join(watch.files, ", "))
+	}
+	l.con.event("start", map[string]any{"recipe": l.rec.Name, "dir": l.dir.Path(), "backend": l.backend.Describe(),
+		"version": l.version, "watching": watch != nil})
+	if l.ckpt.resume != nil {
+		return l.reloads.reloadTo(l.state.Rollout, disk)
+	}
+	return nil
+}
+
+// finished reports whether the run has taken total_batches steps or handed
+// out total_epochs passes over the data.
+func (l *loop) finished() bool {
+	k := l.rec.Knobs
+	return k.TotalBatches > 0 && l.state.Step >= k.TotalBatches || l.epochsDone()
+}
+
+// progress prints the line of rollout id, the ETA from the pace since begin
+// (the first rollout of this process, start).
+func (l *loop) progress(id, start int, begin time.Time) {
+	n := id + 1 - start
+	planned := l.plannedRollouts(l.rec.Knobs)
+	eta := time.Duration(float64(time.Since(begin)) / float64(n) * float64(max(planned-id-1, 0)))
+	l.con.progress(id, planned, l.last, time.Since(begin), eta)
+}
+
+// save checkpoints rollout id.
+func (l *loop) save(id int) error {
+	t := time.Now()
+	defer func() { l.res.Phases["checkpoint"] += time.Since(t) }()
+	return l.ckpt.save(id)
+}
+
+// evaluateBefore is the validation before training (eval_before_train, eval_only).
+func (l *loop) evaluateBefore() error {
+	m, err := l.evaluate(0)
+	if err != nil {
+		return err
+	}
+	if err := l.dir.LogMetrics(0, m); err != nil {
+		return err
+	}
+	what := fmt.Sprintf("%d prompts", len(l.eval.val))
+	if l.gen.flow != nil {
+		what = fmt.Sprintf("%d samples", flowValSamples)
+	}
+	l.con.printf("validation before training: accuracy %.3f (%s)\n", m["val/accuracy"], what)
+	return nil
 }
 
 // evaluate runs validation with the current rollout model.
@@ -618,71 +575,27 @@ func (l *loop) evaluate(id int) (map[string]float64, error) {
 }
 
 // rollout is one iteration of the outer loop: generate, num_train_passes
-// train steps (pass > 0 on reshuffled data), update weights, evaluate at the
-// cadence; the metrics of its optimizer steps are logged at its end.
+// train steps, update weights, evaluate at the cadence; the metrics of its
+// optimizer steps are logged at its end.
 func (l *loop) rollout(id int) error {
 	k := l.rec.Knobs
 	t0 := time.Now()
 	l.rowAdv = nil
-	seed := l.rng.Uint64()
-	b, err := l.gen.generate(id, seed)
+	b, err := l.generate(id)
 	if err != nil {
 		return err
 	}
-	if name := l.rec.Task.RewardRole; name != "" && b.data.Len() > 0 {
-		// The reward role scores the rollout instead of the task's reward functions.
-		rr := l.byName[name]
-		if rr == nil || rr.self == nil {
-			return fmt.Errorf("task.reward_role %q is not a role that produces rewards", name)
-		}
-		if err := produceInto(rr.self, b.data, l.batchOptions(rr, id), []string{specializations.KeyRewards}, []string{specializations.KeyRewards}); err != nil {
-			return fmt.Errorf("reward role %q: %w", name, err)
-		}
-	}
 	tGen := time.Since(t0)
 	l.res.Phases["generate"] += tGen
-	base := map[string]float64{"rollout": float64(id), "epoch": l.gen.feed.epoch()}
-	for name, v := range b.metrics {
-		base[name] = v
-	}
-	if b.wf == nil && (l.gen.kind == specializations.DataRL || l.gen.kind == specializations.DataImitation || l.gen.kind == specializations.DataFlowRL) {
-		for name, v := range rewardMetrics(b.data) {
-			base[name] = v
-		}
-	}
-	var records []map[string]float64
-	var tSync, tTrain time.Duration
-	trainTokens := 0
-	passes := max(k.NumTrainPasses, 1)
+	base := l.rolloutMetrics(id, b)
+	var tp trained
 	if b.data.Len() == 0 {
-		// Dynamic sampling kept nothing within max_num_gen_batches: skip the step.
-		passes = 0
-		ev := rundir.Event{Type: rundir.EventStepSkipped, Rollout: id, Message: "no group survived rejection"}
-		if b.wf != nil {
-			ev.Message, ev.Metrics = "no episode survived compact filtering and rejection", b.metrics
-		}
-		if err := l.dir.LogEvent(ev); err != nil {
-			return err
-		}
+		err = l.skip(id, b)
+	} else {
+		tp, err = l.trainPasses(id, b.data)
 	}
-	for pass := 0; pass < passes; pass++ {
-		d := b.data
-		if pass > 0 {
-			if d, err = l.reshuffle(d, uint64(k.Seed)+uint64(id)+uint64(pass)*100003); err != nil {
-				return err
-			}
-		}
-		recs, ts, tt, ntok, err := l.trainStep(id, pass, d)
-		if err != nil {
-			return err
-		}
-		tSync += ts
-		tTrain += tt
-		trainTokens += ntok
-		records = append(records, recs...)
-		if k.TotalBatches > 0 && l.state.Step >= k.TotalBatches {
-			break
-		}
+	if err != nil {
+		return err
 	}
 	if b.wf != nil {
 		for name, v := range b.wf.advantageMetrics(l.primary.name(), l.rowAdv) {
@@ -690,7 +603,7 @@ func (l *loop) rollout(id int) error {
 		}
 	}
 	t := time.Now()
-	l.updateWeights()
+	l.train.updateWeights()
 	tUpd := time.Since(t)
 	l.res.Phases["update_weights"] += tUpd
 	var val map[string]float64
@@ -705,15 +618,108 @@ func (l *loop) rollout(id int) error {
 		}
 	}
 	elapsed := time.Since(t0)
-	perf := map[string]float64{"time/generate": tGen.Seconds(), "time/sync": tSync.Seconds(),
-		"time/train": tTrain.Seconds(), "time/update_weights": tUpd.Seconds(),
-		"perf/tokens_per_s": float64(b.genTokens+trainTokens) / elapsed.Seconds()}
+	perf := map[string]float64{"time/generate": tGen.Seconds(), "time/sync": tp.sync.Seconds(),
+		"time/train": tp.train.Seconds(), "time/update_weights": tUpd.Seconds(),
+		"perf/tokens_per_s": float64(b.genTokens+tp.tokens) / elapsed.Seconds()}
 	if b.genTokens > 0 {
 		perf["perf/generate_tokens_per_s"] = float64(b.genTokens) / tGen.Seconds()
 	}
-	if tTrain > 0 {
-		perf["perf/train_tokens_per_s"] = float64(trainTokens) / tTrain.Seconds()
+	if tp.train > 0 {
+		perf["perf/train_tokens_per_s"] = float64(tp.tokens) / tp.train.Seconds()
 	}
+	return l.logMetrics(tp.records, base, perf, val)
+}
+
+// generate draws rollout id's data with a seed from the loop's RNG; with
+// task.reward_role, that role scores it instead of the task's reward functions.
+func (l *loop) generate(id int) (*batch, error) {
+	seed := l.rng.Uint64()
+	b, err := l.gen.generate(id, seed)
+	if err != nil {
+		return nil, err
+	}
+	if name := l.rec.Task.RewardRole; name != "" && b.data.Len() > 0 {
+		rr := l.byName[name]
+		if rr == nil || rr.self == nil {
+			return nil, fmt.Errorf("task.reward_role %q is not a role that produces rewards", name)
+		}
+		if err := produceInto(rr.self, b.data, l.batchOptions(rr, id), []string{specializations.KeyRewards}, []string{specializations.KeyRewards}); err != nil {
+			return nil, fmt.Errorf("reward role %q: %w", name, err)
+		}
+	}
+	return b, nil
+}
+
+// rolloutMetrics are the metrics of rollout id's data that every record of
+// its steps carries.
+func (l *loop) rolloutMetrics(id int, b *batch) map[string]float64 {
+	base := map[string]float64{"rollout": float64(id), "epoch": l.gen.feed.epoch()}
+	for name, v := range b.metrics {
+		base[name] = v
+	}
+	if b.wf == nil && (l.gen.kind == specializations.DataRL || l.gen.kind == specializations.DataImitation || l.gen.kind == specializations.DataFlowRL) {
+		for name, v := range rewardMetrics(b.data) {
+			base[name] = v
+		}
+	}
+	return base
+}
+
+// skip records that rollout id has no data to train on: dynamic sampling
+// kept nothing within max_num_gen_batches.
+func (l *loop) skip(id int, b *batch) error {
+	ev := rundir.Event{Type: rundir.EventStepSkipped, Rollout: id, Message: "no group survived rejection"}
+	if b.wf != nil {
+		ev.Message, ev.Metrics = "no episode survived compact filtering and rejection", b.metrics
+	}
+	return l.dir.LogEvent(ev)
+}
+
+// trained is what the train steps of a rollout did.
+type trained struct {
+	records     []map[string]float64 // one per optimizer step
+	sync, train time.Duration
+	tokens      int
+}
+
+// trainPasses takes num_train_passes train steps on rollout id's data d,
+// each pass after the first on d reshuffled with a seed of the run, the
+// rollout and the pass; it stops at total_batches.
+func (l *loop) trainPasses(id int, d *estimators.Rollout) (trained, error) {
+	k := l.rec.Knobs
+	var out trained
+	for pass := range max(k.NumTrainPasses, 1) {
+		pd := d
+		if pass > 0 {
+			var err error
+			if pd, err = l.reshuffle(d, uint64(k.Seed)+uint64(id)+uint64(pass)*100003); err != nil {
+				return out, err
+			}
+		}
+		recs, ts, tt, ntok, err := l.train.step(id, pass, pd)
+		if err != nil {
+			return out, err
+		}
+		l.res.Phases["sync"] += ts
+		l.res.Phases["train"] += tt
+		if l.rowAdv == nil { // the first pass's: rows in generation order
+			l.rowAdv = l.train.rowAdv
+		}
+		out.sync += ts
+		out.train += tt
+		out.tokens += ntok
+		out.records = append(out.records, recs...)
+		if k.TotalBatches > 0 && l.state.Step >= k.TotalBatches {
+			break
+		}
+	}
+	return out, nil
+}
+
+// logMetrics writes a rollout's records to metrics.jsonl, each with the
+// rollout's metrics (base) and phase times (perf), the last with the
+// validation metrics val; with no record, base is what the console shows.
+func (l *loop) logMetrics(records []map[string]float64, base, perf, val map[string]float64) error {
 	for i, rec := range records {
 		for name, v := range base {
 			rec[name] = v
@@ -794,9 +800,3 @@ func (l *loop) reshuffle(d *estimators.Rollout, seed uint64) (*estimators.Rollou
 	}
 	return d.Select(idx)
 }
-
-// updateWeights pushes the weights of sync_to_rollout roles to the rollout
-// sampler. The embedded sampler reads its model's variables at every
-// Generate call, so there is nothing to copy; the phase is still timed so
-// that an external rollout backend slots in here.
-func (l *loop) updateWeights() {}

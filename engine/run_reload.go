@@ -1,9 +1,7 @@
 package engine
 
 import (
-	"encoding/json"
 	"fmt"
-	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"slices"
@@ -182,60 +180,73 @@ func (r *reloader) close() {
 	}
 }
 
+// hotReload applies edits of the recipe at rollout boundaries: the hot
+// knobs that can take effect become a new recipe version, the rest is
+// refused with the reason; an invalid edit leaves the recipe in force.
+type hotReload struct {
+	*env
+	*roleSet
+	watch *reloader // nil when the recipe files are not watched
+	gen   *rolloutGen
+	// steps is the number of optimizer steps the LR schedule spans under
+	// knobs k (loop.scheduleSteps).
+	steps func(k schema.Knobs) int
+}
+
 // applyPendingReload is the rollout boundary where edits take effect: the
 // newest settled edit of the recipe files is applied (hot knobs), refused
 // (changes that need a restart) or reported invalid (the last good recipe
 // stays in force). The loop, the rollout side and the specializations read
 // the running recipe afresh at every rollout, so what is applied here is in
 // force from rollout id+1.
-func (l *loop) applyPendingReload(id int) (err error) {
-	if h := l.opts.hooks; h != nil && h.boundary != nil {
-		h.boundary(id, l.watch)
+func (h *hotReload) applyPendingReload(id int) (err error) {
+	if hk := h.opts.hooks; hk != nil && hk.boundary != nil {
+		hk.boundary(id, h.watch)
 	}
-	if l.watch == nil {
+	if h.watch == nil {
 		return nil
 	}
-	for _, msg := range l.watch.takeLogs() {
-		l.con.printf("%s\n", msg)
+	for _, msg := range h.watch.takeLogs() {
+		h.con.printf("%s\n", msg)
 	}
-	if u, ok := l.watch.take(); ok {
+	if u, ok := h.watch.take(); ok {
 		if u.Err != nil {
-			err = l.reloadInvalid(id, u.Err)
+			err = h.reloadInvalid(id, u.Err)
 		} else {
-			err = l.reloadTo(id, u.Recipe)
+			err = h.reloadTo(id, u.Recipe)
 		}
 		if err != nil {
 			return err
 		}
 	}
-	if h := l.opts.hooks; h != nil && h.afterReload != nil {
-		h.afterReload(id, l.watch)
+	if hk := h.opts.hooks; hk != nil && hk.afterReload != nil {
+		hk.afterReload(id, h.watch)
 	}
 	return nil
 }
 
 // reloadInvalid reports an edit that failed `stx vet`: the errors with
 // their positions, and the recipe version that stays in force.
-func (l *loop) reloadInvalid(id int, err error) error {
+func (h *hotReload) reloadInvalid(id int, err error) error {
 	msg := err.Error()
-	l.con.printf("reload after rollout %d: the edit is invalid; recipe v%d stays in force:\n%s\n", id+1, l.version, indent(msg))
-	l.con.event("reload_invalid", map[string]any{"rollout": id + 1, "version": l.version, "message": msg})
-	return l.dir.LogEvent(rundir.Event{Type: rundir.EventReloadInvalid, Rollout: id, Version: l.version, Message: msg})
+	h.con.printf("reload after rollout %d: the edit is invalid; recipe v%d stays in force:\n%s\n", id+1, h.version, indent(msg))
+	h.con.event("reload_invalid", map[string]any{"rollout": id + 1, "version": h.version, "message": msg})
+	return h.dir.LogEvent(rundir.Event{Type: rundir.EventReloadInvalid, Rollout: id, Version: h.version, Message: msg})
 }
 
 // reloadTo moves the run toward recipe disk (a reloaded or, on resume, the
 // current recipe files) at the boundary after rollout id: hot knobs that can
 // take effect are applied as a new recipe version, everything else is
 // refused with the reason and the run goes on with it unchanged.
-func (l *loop) reloadTo(id int, disk *schema.Recipe) error {
-	ch, err := reload.Diff(l.rec, disk)
+func (h *hotReload) reloadTo(id int, disk *schema.Recipe) error {
+	ch, err := reload.Diff(h.rec, disk)
 	if err != nil {
 		return err
 	}
 	refused := slices.Clone(ch.Structural)
 	var live []reload.KnobChange
 	for _, c := range ch.Hot {
-		if why := l.pinned(c.Knob); why != "" {
+		if why := h.pinned(c.Knob); why != "" {
 			refused = append(refused, fmt.Sprintf("%s (hot, but %s)", c, why))
 			continue
 		}
@@ -244,7 +255,7 @@ func (l *loop) reloadTo(id int, disk *schema.Recipe) error {
 	var next *schema.Recipe
 	var commit func() error
 	if len(live) > 0 {
-		next = reload.Apply(l.rec, reload.Changes{Hot: live})
+		next = reload.Apply(h.rec, reload.Changes{Hot: live})
 		if len(refused) > 0 {
 			// The hot changes were checked together with the refused ones;
 			// alone on the running recipe they must pass vet again.
@@ -254,14 +265,14 @@ func (l *loop) reloadTo(id int, disk *schema.Recipe) error {
 			}
 		}
 		if live != nil {
-			if commit, err = l.prepare(next); err != nil {
+			if commit, err = h.prepare(next); err != nil {
 				refused = append(refused, fmt.Sprintf("the hot changes cannot be applied: %v", err))
 				live = nil
 			}
 		}
 	}
 	if len(refused) > 0 {
-		if err := l.reloadRefused(id, refused); err != nil {
+		if err := h.reloadRefused(id, refused); err != nil {
 			return err
 		}
 	}
@@ -272,38 +283,38 @@ func (l *loop) reloadTo(id int, disk *schema.Recipe) error {
 	if err != nil {
 		return err
 	}
-	version, err := l.nextVersion()
+	version, err := h.nextVersion()
 	if err != nil {
 		return err
 	}
-	if err := l.dir.WriteRecipe(version, text); err != nil {
+	if err := h.dir.WriteRecipe(version, text); err != nil {
 		return err
 	}
 	if err := commit(); err != nil {
 		return err
 	}
-	l.version = version
+	h.version = version
 	changes := make([]rundir.Change, len(live))
 	lines := make([]string, len(live))
 	for i, c := range live {
 		changes[i] = rundir.Change{Knob: c.Knob, Old: c.Old, New: c.New}
 		lines[i] = c.String()
 	}
-	l.con.printf("reload after rollout %d: recipe v%d in force from rollout %d:\n%s\n", id+1, version, id+2, indent(strings.Join(lines, "\n")))
-	l.con.event("reload_applied", map[string]any{"rollout": id + 1, "version": version, "changes": changes})
-	return l.dir.LogEvent(rundir.Event{Type: rundir.EventReloadApplied, Rollout: id, Version: version, Changes: changes})
+	h.con.printf("reload after rollout %d: recipe v%d in force from rollout %d:\n%s\n", id+1, version, id+2, indent(strings.Join(lines, "\n")))
+	h.con.event("reload_applied", map[string]any{"rollout": id + 1, "version": version, "changes": changes})
+	return h.dir.LogEvent(rundir.Event{Type: rundir.EventReloadApplied, Rollout: id, Version: version, Changes: changes})
 }
 
 // reloadRefused reports changes that need a restart.
-func (l *loop) reloadRefused(id int, lines []string) error {
+func (h *hotReload) reloadRefused(id int, lines []string) error {
 	msg := strings.Join(lines, "\n")
-	l.con.printf("reload after rollout %d: refused, a restart is needed for these changes; the run goes on unchanged:\n%s\n", id+1, indent(msg))
-	l.con.event("reload_refused", map[string]any{"rollout": id + 1, "version": l.version, "message": msg})
-	return l.dir.LogEvent(rundir.Event{Type: rundir.EventReloadRefused, Rollout: id, Version: l.version, Message: msg})
+	h.con.printf("reload after rollout %d: refused, a restart is needed for these changes; the run goes on unchanged:\n%s\n", id+1, indent(msg))
+	h.con.event("reload_refused", map[string]any{"rollout": id + 1, "version": h.version, "message": msg})
+	return h.dir.LogEvent(rundir.Event{Type: rundir.EventReloadRefused, Rollout: id, Version: h.version, Message: msg})
 }
 
 // pinned says why a hot knob cannot take effect in this run ("" when it can).
-func (l *loop) pinned(knob string) string {
+func (h *hotReload) pinned(knob string) string {
 	use, why := hotKnobUse(knob)
 	switch use {
 	case useLoop, useHost, useSchedule:
@@ -315,15 +326,15 @@ func (l *loop) pinned(knob string) string {
 // prepare checks that the run can take recipe next (schedule, the roles'
 // specializations with the new knobs) and returns the commit that switches
 // to it; nothing changes before the commit.
-func (l *loop) prepare(next *schema.Recipe) (func() error, error) {
-	total := l.scheduleSteps(next.Knobs)
+func (h *hotReload) prepare(next *schema.Recipe) (func() error, error) {
+	total := h.steps(next.Knobs)
 	sched := schedule(next.Knobs, max(total, 1))
 	if err := sched.Validate(); err != nil {
 		return nil, err
 	}
-	lms := make([]specializations.LM, len(l.roles))
-	flows := make([]specializations.Flow, len(l.roles))
-	for i, r := range l.roles {
+	lms := make([]specializations.LM, len(h.roles))
+	flows := make([]specializations.Flow, len(h.roles))
+	for i, r := range h.roles {
 		s, err := specializations.New(specializations.RoleConfig{Role: r.node.Role, Knobs: next.Knobs})
 		if err != nil {
 			return nil, err
@@ -347,7 +358,7 @@ func (l *loop) prepare(next *schema.Recipe) (func() error, error) {
 		// The trainers keep their compiled loss (built from the specialization
 		// they were given): only host-side work uses the new specialization,
 		// which is why knobs compiled into the loss are refused above.
-		for i, r := range l.roles {
+		for i, r := range h.roles {
 			if r.flow != nil {
 				r.flow.spec = flows[i]
 				r.flow.sched = sched
@@ -360,28 +371,18 @@ func (l *loop) prepare(next *schema.Recipe) (func() error, error) {
 				}
 			}
 		}
-		l.rec = next
-		l.gen.rec = next
-		l.total = total
+		h.rec = next
+		h.gen.rec = next
+		h.total = total
 		return nil
 	}, nil
-}
-
-// scheduleSteps is the number of optimizer steps the LR schedule spans
-// under knobs k: total_batches, or the planned rollouts (num_rollout,
-// capped by total_epochs) × passes × steps per pass.
-func (l *loop) scheduleSteps(k schema.Knobs) int {
-	if k.TotalBatches > 0 {
-		return k.TotalBatches
-	}
-	return l.plannedRollouts(k) * max(k.NumTrainPasses, 1) * l.stepsPerPass(l.expectedRows(l.kind))
 }
 
 // nextVersion is the number of the next recipe version: after every
 // recorded one, so a resumed run never rewrites the history of versions
 // applied after its checkpoint.
-func (l *loop) nextVersion() (int, error) {
-	vs, err := l.dir.RecipeVersions()
+func (h *hotReload) nextVersion() (int, error) {
+	vs, err := h.dir.RecipeVersions()
 	if err != nil {
 		return 0, err
 	}
@@ -429,120 +430,6 @@ func loadRecipeText(path, name string) (*schema.Recipe, error) {
 	}
 	return r, nil
 }
-
-// resumePoint is where a resumed run starts: its run directory, last
-// complete checkpoint, the loop state saved there and the recipe version
-// that was in force at that checkpoint.
-type resumePoint struct {
-	dir     *rundir.Dir
-	cp      rundir.Checkpoint
-	state   loopState
-	version int
-	text    []byte
-	recipe  *schema.Recipe
-}
-
-// openResume opens the run to resume and reads its last usable checkpoint,
-// including the recipe version in force there (v1 for checkpoints written
-// before versions were recorded). A checkpoint that fails its checks
-// (checksums, engine.json) is rejected: moved aside
-// with a message on the console and in events.jsonl, never deleted, and
-// the previous complete checkpoint is tried.
-func openResume(path, name string) (_ *resumePoint, err error) {
-	d, err := rundir.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer func() {
-		if err != nil {
-			d.Close()
-		}
-	}()
-	if _, err := d.Clean(); err != nil {
-		return nil, err
-	}
-	cps, err := d.Checkpoints()
-	if err != nil {
-		return nil, err
-	}
-	if len(cps) == 0 {
-		if notes := d.Notes(); len(notes) > 0 {
-			return nil, fmt.Errorf("resume %s: no complete checkpoint:\n%s", path, indent(strings.Join(notes, "\n")))
-		}
-		return nil, fmt.Errorf("resume %s: no complete checkpoint", path)
-	}
-	var rejected []string
-	for i := len(cps) - 1; i >= 0; i-- {
-		rp, why := readResumePoint(d, cps[i])
-		if why == nil {
-			// The recipe version belongs to the run, not to the checkpoint:
-			// failing to load it is an error, not a reason to fall back.
-			if rp.text, err = d.ReadRecipe(rp.version); err != nil {
-				return nil, fmt.Errorf("resume %s: %w", path, err)
-			}
-			if rp.recipe, err = loadRecipeText(filepath.Join(path, rundir.RecipesDir, fmt.Sprintf("v%d.cue", rp.version)), name); err != nil {
-				return nil, fmt.Errorf("resume %s: recipe v%d: %w", path, rp.version, err)
-			}
-			return rp, nil
-		}
-		if _, err := d.Reject(cps[i].Path, cps[i].Rollout, why.Error()); err != nil {
-			return nil, fmt.Errorf("resume %s: %w", path, err)
-		}
-		rejected = append(rejected, fmt.Sprintf("%s: %v", filepath.Base(cps[i].Path), why))
-	}
-	return nil, fmt.Errorf("resume %s: no usable checkpoint; rejected and moved aside:\n%s", path, indent(strings.Join(rejected, "\n")))
-}
-
-// readResumePoint reads one checkpoint to resume from; an error says why
-// the checkpoint cannot be used.
-func readResumePoint(d *rundir.Dir, cp rundir.Checkpoint) (*resumePoint, error) {
-	if err := cp.Verify(); err != nil {
-		return nil, err
-	}
-	data, err := os.ReadFile(filepath.Join(cp.Path, engineFile))
-	if err != nil {
-		return nil, err
-	}
-	rp := &resumePoint{dir: d, cp: cp}
-	if err := json.Unmarshal(data, &rp.state); err != nil {
-		return nil, fmt.Errorf("%s: %w", engineFile, err)
-	}
-	if err := rp.state.check(cp.Rollout); err != nil {
-		return nil, fmt.Errorf("%s: %w", engineFile, err)
-	}
-	rp.version = max(rp.state.Version, 1)
-	return rp, nil
-}
-
-// check range-checks a loop state read from a checkpoint of rollout: the
-// values index data, size schedules and seed the sampler, so a damaged or
-// edited engine.json must fail here rather than later and stranger.
-func (s loopState) check(rollout int) error {
-	switch {
-	case s.Rollout != rollout:
-		return fmt.Errorf("rollout %d in the checkpoint of rollout %d", s.Rollout, rollout)
-	case s.Step < 0:
-		return fmt.Errorf("negative step %d", s.Step)
-	case s.Step > maxStateCount:
-		return fmt.Errorf("step %d is beyond any run (limit %d)", s.Step, maxStateCount)
-	case s.Cursor < 0:
-		return fmt.Errorf("negative data cursor %d", s.Cursor)
-	case s.Cursor > maxStateCount:
-		return fmt.Errorf("data cursor %d is beyond any run (limit %d)", s.Cursor, maxStateCount)
-	case s.Version < 0:
-		return fmt.Errorf("negative recipe version %d", s.Version)
-	}
-	var pcg rand.PCG
-	if err := pcg.UnmarshalBinary(s.RNG); err != nil {
-		return fmt.Errorf("rng: %w", err)
-	}
-	return nil
-}
-
-// maxStateCount bounds the counters of engine.json (steps, data position):
-// 2^40 is more than any run reaches, and far from overflowing what they
-// are multiplied with.
-const maxStateCount = 1 << 40
 
 // indent prefixes every line with two spaces.
 func indent(s string) string {

@@ -15,9 +15,24 @@ import (
 	"stx.dev/stx/specializations"
 )
 
+// trainer takes the optimizer steps of the trainable roles, as one train
+// step per pass over a rollout's data.
+type trainer struct {
+	*env
+	*roleSet
+	g *Graph
+	// state is the loop's: its step counter counts the steps taken here.
+	state *loopState
+	// rowsPerStep is the mini-batch of one optimizer step (loop.rowsPerStep).
+	rowsPerStep func() int
+	// rowAdv are the primary role's per-row advantages of the last step
+	// (nil when it computes none).
+	rowAdv []float64
+}
+
 // batchOptions are PrepareBatch's options for a role.
-func (l *loop) batchOptions(r *role, id int) specializations.BatchOptions {
-	mbs := l.rec.Knobs.MicroBatchSize
+func (e *env) batchOptions(r *role, id int) specializations.BatchOptions {
+	mbs := e.rec.Knobs.MicroBatchSize
 	if r.node.Contract.Data == specializations.DataPreference {
 		mbs = max(mbs/2, 1) // micro-batches of pairs
 	}
@@ -25,22 +40,23 @@ func (l *loop) batchOptions(r *role, id int) specializations.BatchOptions {
 	if r.model != nil {
 		pad = int32(max(r.model.Config.PAD, 0))
 	}
-	return specializations.BatchOptions{MicroBatchSize: mbs, Pad: pad, Rollout: id, Seed: uint64(l.rec.Knobs.Seed) + uint64(id),
-		Temperature: l.rec.Knobs.Temperature}
+	return specializations.BatchOptions{MicroBatchSize: mbs, Pad: pad, Rollout: id, Seed: uint64(e.rec.Knobs.Seed) + uint64(id),
+		Temperature: e.rec.Knobs.Temperature}
 }
 
-// trainStep is one train step of the outer loop: the inject syncs in dependency order,
+// step is one train step of the outer loop: the inject syncs in dependency order,
 // then every trainable role trains on the data (roles sharing a pool one
 // after another, pools concurrently). It returns one metrics record per
-// optimizer step.
-func (l *loop) trainStep(id, pass int, d *estimators.Rollout) ([]map[string]float64, time.Duration, time.Duration, int, error) {
+// optimizer step, the time spent in syncs and in training, and the tokens trained on.
+func (tr *trainer) step(id, pass int, d *estimators.Rollout) ([]map[string]float64, time.Duration, time.Duration, int, error) {
+	tr.rowAdv = nil
 	t := time.Now()
 	d, err := d.Select(seq(d.Len())) // syncs write into a copy: pass 0's data stays as generated
 	if err != nil {
 		return nil, 0, 0, 0, err
 	}
-	for _, s := range l.g.Syncs {
-		src := l.byName[s.Source]
+	for _, s := range tr.g.Syncs {
+		src := tr.byName[s.Source]
 		targets := s.TargetKeys
 		if len(targets) == 0 {
 			targets = s.Keys
@@ -48,12 +64,11 @@ func (l *loop) trainStep(id, pass int, d *estimators.Rollout) ([]map[string]floa
 		if src.self == nil {
 			return nil, 0, 0, 0, fmt.Errorf("sync %s → %s: role %q produces nothing", s.Source, s.Target, s.Source)
 		}
-		if err := produceInto(src.self, d, l.batchOptions(src, id), s.Keys, targets); err != nil {
+		if err := produceInto(src.self, d, tr.batchOptions(src, id), s.Keys, targets); err != nil {
 			return nil, 0, 0, 0, fmt.Errorf("sync %s → %s: %w", s.Source, s.Target, err)
 		}
 	}
 	tSync := time.Since(t)
-	l.res.Phases["sync"] += tSync
 
 	t = time.Now()
 	type outcome struct {
@@ -61,12 +76,12 @@ func (l *loop) trainStep(id, pass int, d *estimators.Rollout) ([]map[string]floa
 		extra   map[string]float64
 		err     error
 	}
-	outs := make([]outcome, len(l.roles))
+	outs := make([]outcome, len(tr.roles))
 	var wg sync.WaitGroup
-	for _, pool := range l.g.Pools {
+	for _, pool := range tr.g.Pools {
 		var members []*role
 		for _, name := range pool.Roles {
-			if r := l.byName[name]; r != nil && r.trainable() {
+			if r := tr.byName[name]; r != nil && r.trainable() {
 				members = append(members, r)
 			}
 		}
@@ -77,7 +92,7 @@ func (l *loop) trainStep(id, pass int, d *estimators.Rollout) ([]map[string]floa
 		go func() {
 			defer wg.Done()
 			for _, r := range members {
-				res, extra, err := l.trainRole(r, d, id)
+				res, extra, err := tr.trainRole(r, d, id)
 				outs[r.index] = outcome{res, extra, err}
 				if err != nil {
 					return
@@ -87,9 +102,8 @@ func (l *loop) trainStep(id, pass int, d *estimators.Rollout) ([]map[string]floa
 	}
 	wg.Wait()
 	tTrain := time.Since(t)
-	l.res.Phases["train"] += tTrain
 	nsteps := -1
-	for _, r := range l.roles {
+	for _, r := range tr.roles {
 		if !r.trainable() {
 			continue
 		}
@@ -107,9 +121,9 @@ func (l *loop) trainStep(id, pass int, d *estimators.Rollout) ([]map[string]floa
 	}
 	var recs []map[string]float64
 	for s := range max(nsteps, 0) {
-		l.state.Step++
-		rec := map[string]float64{"step": float64(l.state.Step), "pass": float64(pass)}
-		for _, r := range l.roles {
+		tr.state.Step++
+		rec := map[string]float64{"step": float64(tr.state.Step), "pass": float64(pass)}
+		for _, r := range tr.roles {
 			if !r.trainable() {
 				continue
 			}
@@ -126,28 +140,34 @@ func (l *loop) trainStep(id, pass int, d *estimators.Rollout) ([]map[string]floa
 				rec[name] = v
 			}
 			if bad := nonFinite(res); bad != "" {
-				msg := fmt.Sprintf("role %q, step %d (rollout %d): %s", r.name(), l.state.Step, id+1, bad)
-				l.dir.LogEvent(rundir.Event{Type: rundir.EventNaNDetected, Rollout: id, Message: msg})
+				msg := fmt.Sprintf("role %q, step %d (rollout %d): %s", r.name(), tr.state.Step, id+1, bad)
+				tr.dir.LogEvent(rundir.Event{Type: rundir.EventNaNDetected, Rollout: id, Message: msg})
 				last := "none"
-				if cp, ok, _ := l.dir.Latest(); ok {
+				if cp, ok, _ := tr.dir.Latest(); ok {
 					last = cp.Path
 				}
 				return nil, 0, 0, 0, fmt.Errorf("%w: %s; the last good checkpoint is kept (%s)", ErrNonFinite, msg, last)
 			}
 		}
 		recs = append(recs, rec)
-		if l.rec.Knobs.TotalBatches > 0 && l.state.Step >= l.rec.Knobs.TotalBatches {
+		if tr.rec.Knobs.TotalBatches > 0 && tr.state.Step >= tr.rec.Knobs.TotalBatches {
 			break
 		}
 	}
 	trained := 0
-	for _, r := range l.roles {
+	for _, r := range tr.roles {
 		if r.trainable() {
 			trained++
 		}
 	}
 	return recs, tSync, tTrain, ntok * trained, nil
 }
+
+// updateWeights pushes the weights of sync_to_rollout roles to the rollout
+// sampler. The embedded sampler reads its model's variables at every
+// Generate call, so there is nothing to copy; the phase is still timed so
+// that an external rollout backend slots in here.
+func (tr *trainer) updateWeights() {}
 
 func nonFinite(res runtime.StepResult) string {
 	bad := func(v float64) bool { return math.IsNaN(v) || math.IsInf(v, 0) }
@@ -192,14 +212,14 @@ func hasKey(d *estimators.Rollout, k string) bool {
 // trainRole prepares a role's view of the data (its in-role reference's
 // log-probs, its own rollout-time outputs, advantages over the whole rollout)
 // and takes one optimizer step per mini-batch.
-func (l *loop) trainRole(r *role, d *estimators.Rollout, id int) ([]runtime.StepResult, map[string]float64, error) {
+func (tr *trainer) trainRole(r *role, d *estimators.Rollout, id int) ([]runtime.StepResult, map[string]float64, error) {
 	rd, err := d.Select(seq(d.Len()))
 	if err != nil {
 		return nil, nil, err
 	}
-	opts := l.batchOptions(r, id)
+	opts := tr.batchOptions(r, id)
 	if r.flow != nil {
-		return l.trainFlow(r, rd, opts)
+		return tr.trainFlow(r, rd, opts)
 	}
 	if r.ref != nil {
 		if err := produceInto(r.ref, rd, opts, []string{specializations.KeyLogProbs}, []string{specializations.KeyRefLogProbs}); err != nil {
@@ -220,20 +240,20 @@ func (l *loop) trainRole(r *role, d *estimators.Rollout, id int) ([]runtime.Step
 			return nil, nil, fmt.Errorf("role %q advantages: %w", r.name(), err)
 		}
 		for _, w := range warns {
-			l.dir.LogEvent(rundir.Event{Type: rundir.EventWarning, Rollout: id, Message: fmt.Sprintf("role %q: %s", r.name(), w)})
+			tr.dir.LogEvent(rundir.Event{Type: rundir.EventWarning, Rollout: id, Message: fmt.Sprintf("role %q: %s", r.name(), w)})
 		}
 		extra = advantageMetrics(rd)
-		if r == l.primary && l.rowAdv == nil { // pass 0: rows in generation order
-			l.rowAdv = rowAdvantages(rd)
+		if r == tr.primary && tr.rowAdv == nil { // pass 0: rows in generation order
+			tr.rowAdv = rowAdvantages(rd)
 		}
 	}
-	out, err := l.stepMiniBatches(r, rd, opts, r.spec.PrepareBatch, r.trainer.Step)
+	out, err := tr.stepMiniBatches(r, rd, opts, r.spec.PrepareBatch, r.trainer.Step)
 	return out, extra, err
 }
 
 // trainFlow trains a velocity-model role: Flow-GRPO advantages over the whole
 // rollout, then one step per mini-batch.
-func (l *loop) trainFlow(r *role, rd *estimators.Rollout, opts specializations.BatchOptions) ([]runtime.StepResult, map[string]float64, error) {
+func (tr *trainer) trainFlow(r *role, rd *estimators.Rollout, opts specializations.BatchOptions) ([]runtime.StepResult, map[string]float64, error) {
 	var extra map[string]float64
 	if ac, ok := r.flow.spec.(specializations.AdvantageComputer); ok {
 		if _, err := ac.ComputeAdvantages(rd); err != nil {
@@ -242,17 +262,17 @@ func (l *loop) trainFlow(r *role, rd *estimators.Rollout, opts specializations.B
 		extra = map[string]float64{}
 		addMoments(extra, "advantage/"+r.name(), rd.Row[estimators.KeyAdvantages], true)
 	}
-	out, err := l.stepMiniBatches(r, rd, opts, r.flow.spec.PrepareBatch, r.flow.step)
+	out, err := tr.stepMiniBatches(r, rd, opts, r.flow.spec.PrepareBatch, r.flow.step)
 	return out, extra, err
 }
 
 // stepMiniBatches cuts rd, in order, into the mini-batches of rowsPerStep rows (all of rd when
 // that is 0), prepares each one's micro-batches with prepare and takes one optimizer step on
 // them with step; it stops after a step whose loss or gradient is not finite.
-func (l *loop) stepMiniBatches(r *role, rd *estimators.Rollout, opts specializations.BatchOptions,
+func (tr *trainer) stepMiniBatches(r *role, rd *estimators.Rollout, opts specializations.BatchOptions,
 	prepare func(*estimators.Rollout, specializations.BatchOptions) ([]map[string]*tensors.Tensor, error),
 	step func([]map[string]*tensors.Tensor) (runtime.StepResult, error)) ([]runtime.StepResult, error) {
-	per := l.rowsPerStep()
+	per := tr.rowsPerStep()
 	if per <= 0 {
 		per = rd.Len()
 	}
