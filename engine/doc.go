@@ -17,9 +17,11 @@
 //     on-policy draw, AggreVaTe's states); multi-turn workflow episodes
 //     against an external environment (rollout_workflow.go, through
 //     engine/workflow); chat-template prompts (prompt.go);
-//   - the train step, evaluation and the distillation probe (run_train.go,
-//     eval.go, teacherkl.go), checkpoints and resume (run_record.go), hot
-//     reload (run_reload.go) and the console line (console.go);
+//   - the outer loop (run.go) and its collaborators: the trainer's train
+//     step (run_train.go), the checkpointer's checkpoints and resume
+//     (run_checkpoint.go), hot reload (run_reload.go); evaluation and the
+//     distillation probe (eval.go, teacherkl.go), the episode log
+//     (run_record.go) and the console line (console.go);
 //   - built-in starting models (startmodel.go): model sources stx trains
 //     itself by SFT on the recipe's task and caches;
 //   - the objective a recipe family is judged by (objective.go).

@@ -132,9 +132,6 @@ func Run(ctx context.Context, cat *schema.Catalog, name string, opts RunOptions)
 		return nil, err
 	}
 	l.reloads.watch, l.ckpt.resume, l.version = watch, rp, 1
-	if rp != nil {
-		l.dir = rp.dir
-	}
 	defer l.close()
 	return l.run(ctx, rec)
 }
@@ -617,17 +614,23 @@ func (l *loop) rollout(id int) error {
 			return err
 		}
 	}
-	elapsed := time.Since(t0)
+	perf := perfMetrics(b.genTokens, tGen, tp, tUpd, time.Since(t0))
+	return l.logMetrics(tp.records, base, perf, val)
+}
+
+// perfMetrics are a rollout's phase times and throughputs: genTokens
+// generated in tGen, tp trained, the weights updated in tUpd, all in elapsed.
+func perfMetrics(genTokens int, tGen time.Duration, tp trained, tUpd, elapsed time.Duration) map[string]float64 {
 	perf := map[string]float64{"time/generate": tGen.Seconds(), "time/sync": tp.sync.Seconds(),
 		"time/train": tp.train.Seconds(), "time/update_weights": tUpd.Seconds(),
-		"perf/tokens_per_s": float64(b.genTokens+tp.tokens) / elapsed.Seconds()}
-	if b.genTokens > 0 {
-		perf["perf/generate_tokens_per_s"] = float64(b.genTokens) / tGen.Seconds()
+		"perf/tokens_per_s": float64(genTokens+tp.tokens) / elapsed.Seconds()}
+	if genTokens > 0 {
+		perf["perf/generate_tokens_per_s"] = float64(genTokens) / tGen.Seconds()
 	}
 	if tp.train > 0 {
 		perf["perf/train_tokens_per_s"] = float64(tp.tokens) / tp.train.Seconds()
 	}
-	return l.logMetrics(tp.records, base, perf, val)
+	return perf
 }
 
 // generate draws rollout id's data with a seed from the loop's RNG; with
@@ -675,13 +678,6 @@ func (l *loop) skip(id int, b *batch) error {
 	return l.dir.LogEvent(ev)
 }
 
-// trained is what the train steps of a rollout did.
-type trained struct {
-	records     []map[string]float64 // one per optimizer step
-	sync, train time.Duration
-	tokens      int
-}
-
 // trainPasses takes num_train_passes train steps on rollout id's data d,
 // each pass after the first on d reshuffled with a seed of the run, the
 // rollout and the pass; it stops at total_batches.
@@ -696,19 +692,19 @@ func (l *loop) trainPasses(id int, d *estimators.Rollout) (trained, error) {
 				return out, err
 			}
 		}
-		recs, ts, tt, ntok, err := l.train.step(id, pass, pd)
+		t, err := l.train.step(id, pass, pd)
 		if err != nil {
 			return out, err
 		}
-		l.res.Phases["sync"] += ts
-		l.res.Phases["train"] += tt
+		l.res.Phases["sync"] += t.sync
+		l.res.Phases["train"] += t.train
 		if l.rowAdv == nil { // the first pass's: rows in generation order
 			l.rowAdv = l.train.rowAdv
 		}
-		out.sync += ts
-		out.train += tt
-		out.tokens += ntok
-		out.records = append(out.records, recs...)
+		out.sync += t.sync
+		out.train += t.train
+		out.tokens += t.tokens
+		out.records = append(out.records, t.records...)
 		if k.TotalBatches > 0 && l.state.Step >= k.TotalBatches {
 			break
 		}

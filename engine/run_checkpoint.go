@@ -28,8 +28,9 @@ type checkpointer struct {
 	feed  *feeder
 }
 
-// open creates the run directory, or restores the trainers and the loop
-// state of the run being resumed from its last complete checkpoint.
+// open creates the run directory, or takes over the directory of the run
+// being resumed and restores the trainers and the loop state from its last
+// complete checkpoint.
 func (c *checkpointer) open() error {
 	k := c.rec.Knobs
 	rp := c.resume
@@ -59,6 +60,7 @@ func (c *checkpointer) open() error {
 		return c.dir.LogEvent(rundir.Event{Type: rundir.EventRunStart, Rollout: 0, Version: 1,
 			Message: c.backend.Describe()})
 	}
+	c.dir = rp.dir
 	for _, n := range c.dir.Notes() {
 		c.con.printf("resume: %s\n", n)
 	}

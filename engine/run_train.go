@@ -30,6 +30,14 @@ type trainer struct {
 	rowAdv []float64
 }
 
+// trained is what train steps did: one metrics record per optimizer
+// step, the time in syncs and in training, the tokens trained on.
+type trained struct {
+	records     []map[string]float64
+	sync, train time.Duration
+	tokens      int
+}
+
 // batchOptions are PrepareBatch's options for a role.
 func (e *env) batchOptions(r *role, id int) specializations.BatchOptions {
 	mbs := e.rec.Knobs.MicroBatchSize
@@ -46,14 +54,13 @@ func (e *env) batchOptions(r *role, id int) specializations.BatchOptions {
 
 // step is one train step of the outer loop: the inject syncs in dependency order,
 // then every trainable role trains on the data (roles sharing a pool one
-// after another, pools concurrently). It returns one metrics record per
-// optimizer step, the time spent in syncs and in training, and the tokens trained on.
-func (tr *trainer) step(id, pass int, d *estimators.Rollout) ([]map[string]float64, time.Duration, time.Duration, int, error) {
+// after another, pools concurrently).
+func (tr *trainer) step(id, pass int, d *estimators.Rollout) (trained, error) {
 	tr.rowAdv = nil
 	t := time.Now()
 	d, err := d.Select(seq(d.Len())) // syncs write into a copy: pass 0's data stays as generated
 	if err != nil {
-		return nil, 0, 0, 0, err
+		return trained{}, err
 	}
 	for _, s := range tr.g.Syncs {
 		src := tr.byName[s.Source]
@@ -62,10 +69,10 @@ func (tr *trainer) step(id, pass int, d *estimators.Rollout) ([]map[string]float
 			targets = s.Keys
 		}
 		if src.self == nil {
-			return nil, 0, 0, 0, fmt.Errorf("sync %s → %s: role %q produces nothing", s.Source, s.Target, s.Source)
+			return trained{}, fmt.Errorf("sync %s → %s: role %q produces nothing", s.Source, s.Target, s.Source)
 		}
 		if err := produceInto(src.self, d, tr.batchOptions(src, id), s.Keys, targets); err != nil {
-			return nil, 0, 0, 0, fmt.Errorf("sync %s → %s: %w", s.Source, s.Target, err)
+			return trained{}, fmt.Errorf("sync %s → %s: %w", s.Source, s.Target, err)
 		}
 	}
 	tSync := time.Since(t)
@@ -109,7 +116,7 @@ func (tr *trainer) step(id, pass int, d *estimators.Rollout) ([]map[string]float
 		}
 		o := outs[r.index]
 		if o.err != nil {
-			return nil, 0, 0, 0, o.err
+			return trained{}, o.err
 		}
 		if nsteps < 0 || len(o.results) < nsteps {
 			nsteps = len(o.results)
@@ -146,7 +153,7 @@ func (tr *trainer) step(id, pass int, d *estimators.Rollout) ([]map[string]float
 				if cp, ok, _ := tr.dir.Latest(); ok {
 					last = cp.Path
 				}
-				return nil, 0, 0, 0, fmt.Errorf("%w: %s; the last good checkpoint is kept (%s)", ErrNonFinite, msg, last)
+				return trained{}, fmt.Errorf("%w: %s; the last good checkpoint is kept (%s)", ErrNonFinite, msg, last)
 			}
 		}
 		recs = append(recs, rec)
@@ -154,13 +161,13 @@ func (tr *trainer) step(id, pass int, d *estimators.Rollout) ([]map[string]float
 			break
 		}
 	}
-	trained := 0
+	nTrained := 0
 	for _, r := range tr.roles {
 		if r.trainable() {
-			trained++
+			nTrained++
 		}
 	}
-	return recs, tSync, tTrain, ntok * trained, nil
+	return trained{records: recs, sync: tSync, train: tTrain, tokens: ntok * nTrained}, nil
 }
 
 // updateWeights pushes the weights of sync_to_rollout roles to the rollout
