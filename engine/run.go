@@ -432,14 +432,6 @@ func (l *loop) openDir() error {
 	l.version = rp.version
 	l.state = rp.state
 	for _, r := range l.roles {
-		if r.flow != nil && r.flow.trainer != nil {
-			if err := r.flow.load(rp.cp.RolePath(r.name())); err != nil {
-				return fmt.Errorf("resume role %q: %w", r.name(), err)
-			}
-			// The schedule follows the running recipe, not the saved one.
-			r.flow.sched = schedule(k, max(l.total, 1))
-			continue
-		}
 		if r.trainer == nil {
 			continue
 		}

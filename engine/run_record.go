@@ -42,12 +42,6 @@ func (l *loop) save(id int) error {
 		if err != nil {
 			return err
 		}
-		if r.flow != nil {
-			if err := r.flow.save(dir); err != nil {
-				return fmt.Errorf("checkpoint role %q: %w", r.name(), err)
-			}
-			continue
-		}
 		if err := r.trainer.SaveCheckpoint(dir, rng); err != nil {
 			return fmt.Errorf("checkpoint role %q: %w", r.name(), err)
 		}
