@@ -29,7 +29,7 @@ func onSimpleGo() bool {
 // cores): sft loss 4.18 → 0.49; grpo val accuracy 0.40 → 0.85; dpo preference accuracy
 // 0.58 → 0.96 (means of 10 steps); reward_model 0.58 → 1.00; kto label accuracy
 // 0.51 → 0.84; opd teacher KL 0.88 → 0.45; flow_matching loss 2.85 → 2.00; flow_grpo val
-// reward −1.12 → −0.36.
+// reward −1.12 → −0.24.
 //
 // The starting models (tiny-sft, tiny-teacher) are built once per test binary into the
 // package's cache (TestMain). On SimpleGo only sft and grpo run again (about 45 s there):

@@ -9,14 +9,15 @@
 //     vet.go), which need the Go registries: registered specializations,
 //     their key contracts, sync endpoints and cycles, teacher and reward
 //     roles, workflow tasks;
-//   - the roles and what they run on (roles.go; the flow-matching roles'
-//     velocity models in roles_flow.go);
+//   - the roles and what they run on (roles.go): a language model or the
+//     flow roles' velocity model, trained and checkpointed the same way;
 //   - rollout generation (rollout.go): datasets walked in seeded epochs,
 //     sampling and scoring with the task's rewards, rejection and dynamic
 //     sampling, and the distillation rollouts (teacher mixing, GKD's
 //     on-policy draw, AggreVaTe's states); multi-turn workflow episodes
 //     against an external environment (rollout_workflow.go, through
-//     engine/workflow); chat-template prompts (prompt.go);
+//     engine/workflow); the flow roles' ODE and SDE samplers
+//     (rollout_flow.go); chat-template prompts (prompt.go);
 //   - the outer loop (run.go) and its collaborators: the trainer's train
 //     step (run_train.go), the checkpointer's checkpoints and resume
 //     (run_checkpoint.go), hot reload (run_reload.go); evaluation and the

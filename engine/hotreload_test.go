@@ -555,7 +555,7 @@ func TestHotKnobsReachSamplerAndSpecialization(t *testing.T) {
 	// trace, that is a graph built for compilation.
 	r := l.primary
 	traces := 0
-	inner := r.spec.Loss()
+	inner := r.spec.(specializations.LM).Loss()
 	counted := func(ctx *gomlxctx.Context, m *runtime.Model, batch map[string]*graph.Node) (*graph.Node, map[string]*graph.Node) {
 		traces++
 		return inner(ctx, m, batch)

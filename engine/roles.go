@@ -20,20 +20,22 @@ import (
 // role is one node of the graph with what it runs on: its model, its
 // specialization, a trainer when it is trainable, the frozen in-role reference
 // when init.with_ref is set, and a forward-only producer for the keys it
-// gives other roles (or itself: a critic's rollout-time values).
+// gives other roles (or itself: a critic's rollout-time values). A language
+// model and a velocity model (the flow roles) train, save and resume the same
+// way, through runtime.Trainer.
 type role struct {
 	node    Node
 	index   int
-	spec    specializations.LM
-	model   *runtime.Model
-	dir     string // model directory when loaded from disk ("" for a built-in config)
+	spec    specializations.Specialization
+	model   *runtime.Model // a language-model role's model (nil for a velocity-model role)
+	dir     string         // model directory when loaded from disk ("" for a built-in config)
 	trainer *runtime.Trainer
 	// ref produces ref_log_probs with the frozen copy of the initial weights.
 	ref *specializations.Producer
 	// self produces the role's own keys with its current weights.
 	self *specializations.Producer
-	// flow is set instead of spec, model and trainer for a velocity-model role.
-	flow *flowRole
+	// flow samples from a velocity-model role's model (nil for a language-model role).
+	flow *flowSampler
 	// side are the model directory's tokenizer and generation files, read
 	// once at the start (see runtime.ReadModelFile) and written into every
 	// checkpoint, so that they do not depend on dir staying there.
@@ -41,7 +43,7 @@ type role struct {
 }
 
 // trainable reports whether the role takes optimizer steps.
-func (r *role) trainable() bool { return r.trainer != nil || r.flow != nil && r.flow.trainer != nil }
+func (r *role) trainable() bool { return r.trainer != nil }
 
 func (r *role) name() string { return r.node.Role.Name }
 
@@ -132,11 +134,11 @@ func buildRoles(b *runtime.Backend, g *Graph, total int, from *resumeFrom, start
 			return nil, fmt.Errorf("role %q: %w", n.Role.Name, err)
 		}
 		if fs, ok := spec.(specializations.Flow); ok {
-			f, err := newFlowRole(b, rec, n, fs, total)
+			r, err := velocityRole(b, rec, i, n, fs, total)
 			if err != nil {
 				return nil, err
 			}
-			roles = append(roles, &role{node: n, index: i, flow: f})
+			roles = append(roles, r)
 			continue
 		}
 		lm, ok := spec.(specializations.LM)
@@ -183,6 +185,37 @@ func buildRoles(b *runtime.Backend, g *Graph, total int, from *resumeFrom, start
 		roles = append(roles, r)
 	}
 	return roles, nil
+}
+
+// velocityRole builds a velocity-model role (the flow specializations): its
+// model.source names a built-in velocity model ("flow_mlp"), initialised from
+// the seed; resumed, the trainer restores its weights from the checkpoint as
+// it does a language model's.
+func velocityRole(b *runtime.Backend, rec *schema.Recipe, i int, n Node, spec specializations.Flow, total int) (*role, error) {
+	cfg, ok := runtime.BuiltinVelocityConfig(n.Role.Model.Source)
+	if !ok {
+		return nil, fmt.Errorf("role %q: a velocity-model role needs model.source \"flow_mlp\", got %q", n.Role.Name, n.Role.Model.Source)
+	}
+	m, err := runtime.NewVelocityModel(cfg, sourceSeed(rec.Knobs))
+	if err != nil {
+		return nil, fmt.Errorf("role %q: %w", n.Role.Name, err)
+	}
+	r := &role{node: n, index: i, spec: spec}
+	if n.Role.Trainable {
+		tc, err := trainerConfig(rec.Knobs, total)
+		if err != nil {
+			return nil, err
+		}
+		// weight_decay is a language-model knob: the velocity MLP trains with plain Adam.
+		tc.AdamW.WeightDecay = 0
+		if r.trainer, err = runtime.NewTrainer(b, m, spec.Loss(), tc); err != nil {
+			return nil, fmt.Errorf("role %q: trainer: %w", n.Role.Name, err)
+		}
+	}
+	if r.flow, err = newFlowSampler(b, spec, m); err != nil {
+		return nil, fmt.Errorf("role %q: %w", n.Role.Name, err)
+	}
+	return r, nil
 }
 
 // resumeFrom is where a resumed run finds weights other than its sources:

@@ -149,8 +149,8 @@ type rolloutGen struct {
 	// teacher samples the teacher-executed rows of imitation data and
 	// completes AggreVaTe's candidate actions (nil without a teacher role).
 	teacher *runtime.Sampler
-	// flow is the velocity-model rollout role of the flow recipes.
-	flow *flowRole
+	// flow samples from the velocity-model rollout role of the flow recipes.
+	flow *flowSampler
 	// candidates is AggreVaTe's number of candidate actions per state (0: not AggreVaTe).
 	candidates int
 	// gkd mixes on-policy and teacher-generated batches with gkd_lambda (GKD).
@@ -614,17 +614,22 @@ func addMoments(m map[string]float64, prefix string, xs []float64, zero bool) {
 // per-token ones such as GAE.)
 func advantageMetrics(d *estimators.Rollout) map[string]float64 {
 	adv, ok := d.Tok[estimators.KeyAdvantages]
-	if !ok {
+	perRow, rowOK := d.Row[estimators.KeyAdvantages] // one advantage per row (Flow-GRPO)
+	if !ok && !rowOK {
 		return nil
 	}
 	m := map[string]float64{}
 	for _, role := range rowRoles(d) {
 		var xs []float64
-		for i, row := range adv {
+		for i := range d.Len() {
 			if d.Role[i] != role {
 				continue
 			}
-			for t, a := range row {
+			if !ok {
+				xs = append(xs, perRow[i])
+				continue
+			}
+			for t, a := range adv[i] {
 				if d.Mask[i][t] != 0 {
 					xs = append(xs, float64(a))
 				}

@@ -72,14 +72,6 @@ func (c *checkpointer) open() error {
 	c.version = rp.version
 	*c.state = rp.state
 	for _, r := range c.roles {
-		if r.flow != nil && r.flow.trainer != nil {
-			if err := r.flow.load(rp.cp.RolePath(r.name())); err != nil {
-				return fmt.Errorf("resume role %q: %w", r.name(), err)
-			}
-			// The schedule follows the running recipe, not the saved one.
-			r.flow.sched = schedule(k, max(c.total, 1))
-			continue
-		}
 		if r.trainer == nil {
 			continue
 		}
@@ -159,12 +151,6 @@ func (c *checkpointer) save(id int) error {
 		dir, err := p.RoleDir(r.name())
 		if err != nil {
 			return err
-		}
-		if r.flow != nil {
-			if err := r.flow.save(dir); err != nil {
-				return fmt.Errorf("checkpoint role %q: %w", r.name(), err)
-			}
-			continue
 		}
 		if err := r.trainer.SaveCheckpoint(dir, rng); err != nil {
 			return fmt.Errorf("checkpoint role %q: %w", r.name(), err)

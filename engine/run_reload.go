@@ -332,39 +332,23 @@ func (h *hotReload) prepare(next *schema.Recipe) (func() error, error) {
 	if err := sched.Validate(); err != nil {
 		return nil, err
 	}
-	lms := make([]specializations.LM, len(h.roles))
-	flows := make([]specializations.Flow, len(h.roles))
+	specs := make([]specializations.Specialization, len(h.roles))
 	for i, r := range h.roles {
 		s, err := specializations.New(specializations.RoleConfig{Role: r.node.Role, Knobs: next.Knobs})
 		if err != nil {
 			return nil, err
 		}
-		switch {
-		case r.flow != nil:
-			f, ok := s.(specializations.Flow)
-			if !ok {
-				return nil, fmt.Errorf("role %q: the specialization is no longer a velocity-model one", r.name())
-			}
-			flows[i] = f
-		default:
-			lm, ok := s.(specializations.LM)
-			if !ok {
-				return nil, fmt.Errorf("role %q: the specialization is no longer a language-model one", r.name())
-			}
-			lms[i] = lm
+		if _, ok := s.(specializations.Flow); ok != (r.flow != nil) {
+			return nil, fmt.Errorf("role %q: the specialization no longer runs the kind of model the role has", r.name())
 		}
+		specs[i] = s
 	}
 	return func() error {
 		// The trainers keep their compiled loss (built from the specialization
 		// they were given): only host-side work uses the new specialization,
 		// which is why knobs compiled into the loss are refused above.
 		for i, r := range h.roles {
-			if r.flow != nil {
-				r.flow.spec = flows[i]
-				r.flow.sched = sched
-				continue
-			}
-			r.spec = lms[i]
+			r.spec = specs[i]
 			if r.trainer != nil {
 				if err := r.trainer.SetSchedule(sched); err != nil {
 					return fmt.Errorf("role %q: %w", r.name(), err)

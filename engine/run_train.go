@@ -225,9 +225,6 @@ func (tr *trainer) trainRole(r *role, d *estimators.Rollout, id int) ([]runtime.
 		return nil, nil, err
 	}
 	opts := tr.batchOptions(r, id)
-	if r.flow != nil {
-		return tr.trainFlow(r, rd, opts)
-	}
 	if r.ref != nil {
 		if err := produceInto(r.ref, rd, opts, []string{specializations.KeyLogProbs}, []string{specializations.KeyRefLogProbs}); err != nil {
 			return nil, nil, fmt.Errorf("role %q reference: %w", r.name(), err)
@@ -255,21 +252,6 @@ func (tr *trainer) trainRole(r *role, d *estimators.Rollout, id int) ([]runtime.
 		}
 	}
 	out, err := tr.stepMiniBatches(r, rd, opts, r.spec.PrepareBatch, r.trainer.Step)
-	return out, extra, err
-}
-
-// trainFlow trains a velocity-model role: Flow-GRPO advantages over the whole
-// rollout, then one step per mini-batch.
-func (tr *trainer) trainFlow(r *role, rd *estimators.Rollout, opts specializations.BatchOptions) ([]runtime.StepResult, map[string]float64, error) {
-	var extra map[string]float64
-	if ac, ok := r.flow.spec.(specializations.AdvantageComputer); ok {
-		if _, err := ac.ComputeAdvantages(rd); err != nil {
-			return nil, nil, fmt.Errorf("role %q advantages: %w", r.name(), err)
-		}
-		extra = map[string]float64{}
-		addMoments(extra, "advantage/"+r.name(), rd.Row[estimators.KeyAdvantages], true)
-	}
-	out, err := tr.stepMiniBatches(r, rd, opts, r.flow.spec.PrepareBatch, r.flow.step)
 	return out, extra, err
 }
 

@@ -71,7 +71,7 @@ func (t *Trainer) SaveCheckpoint(dir string, rng []byte) error {
 	}
 	// A model saved in a narrower dtype than float32 (a bf16 checkpoint stays bf16) keeps its
 	// float32 master weights here, so that resuming continues from the exact weights.
-	for _, p := range t.m.params {
+	for _, p := range t.m.Params() {
 		if t.m.SaveDType(p.Name) == safetensors.F32 {
 			continue
 		}
@@ -127,6 +127,11 @@ func (t *Trainer) LoadCheckpoint(dir string) (rng []byte, err error) {
 	if err := json.Unmarshal(raw, &st); err != nil {
 		return nil, fmt.Errorf("checkpoint %s: %w", dir, err)
 	}
+	if st.Format == "stx-velocity-v1" {
+		// Flow roles had a trainer and checkpoint format of their own before they shared
+		// this one; those checkpoints lack config.json and the schedule, and are not read.
+		return nil, fmt.Errorf("checkpoint %s: format %q is that of an earlier stx's velocity trainer, which this version does not read: start the run again", dir, st.Format)
+	}
 	if st.Format != checkpointFormat {
 		return nil, fmt.Errorf("checkpoint %s: format %q, want %q", dir, st.Format, checkpointFormat)
 	}
@@ -145,7 +150,7 @@ func (t *Trainer) LoadCheckpoint(dir string) (rng []byte, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("checkpoint: %w", err)
 	}
-	for _, p := range t.m.params {
+	for _, p := range t.m.Params() {
 		if ts, ok := f.Tensors[masterPrefix+p.Name]; ok {
 			if !slices.Equal(ts.Shape, p.Shape) || ts.DType != safetensors.F32 {
 				return nil, fmt.Errorf("checkpoint %s: master weights %s are %s%v, want F32%v", dir, p.Name, ts.DType, ts.Shape, p.Shape)

@@ -9,12 +9,15 @@
 //     "bench"), with graph-level building blocks for the specializations: Forward, Logits,
 //     LogProbs, Entropy, ValueHead, MaskedMean and friends; configs that name another
 //     architecture are refused with a clear error;
+//   - the flow roles' velocity MLP (VelocityModel, BuiltinVelocityConfig "flow_mlp");
+//     both kinds of model implement Weights, the parameter interface that the trainer, the
+//     evaluator and the checkpoint format work on;
 //   - Hugging Face layout IO (LoadModel, OpenModel, Model.SaveHF) on top of
 //     runtime/safetensors: f32, bf16, f16 and f64 weights, saved back in their dtype; configs
 //     and safetensors headers checked against size limits before anything is allocated; a
 //     model directory's side files (tokenizer.json, chat template) copied with saved weights
 //     (ReadModelFile);
-//   - training (Trainer): gradients of a loss built in the graph by a LossFn, accumulation over
+//   - training (Trainer): gradients of a loss built in the graph by a LossOf, accumulation over
 //     micro-batches, global-norm clipping, AdamW with PyTorch semantics, LR schedules, atomic
 //     checkpoints that resume bit-exactly;
 //   - forward-only scoring (Scorer, Evaluator, ScoreJSONL, ScoreJSONLChat with a chat template

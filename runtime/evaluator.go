@@ -12,15 +12,11 @@ import (
 	"github.com/gomlx/gomlx/pkg/ml/context"
 )
 
-// OutputFn builds named forward-only outputs from the model and a batch inside a compiled
-// graph (a frozen reference's log-probs for a sync, a reward model's scores, values, ...).
-type OutputFn func(ctx *context.Context, m *Model, batch map[string]*Node) map[string]*Node
-
-// Evaluator runs an OutputFn on host batches, with graphs compiled per batch shape.
+// Evaluator runs an OutputOf on host batches, with graphs compiled per batch shape.
 type Evaluator struct{ *NamedExec }
 
-// NewEvaluator prepares forward-only evaluation of fn with m on backend.
-func NewEvaluator(backend backends.Backend, m *Model, fn OutputFn) (*Evaluator, error) {
+// NewEvaluator prepares forward-only evaluation of fn with m (any kind of model) on backend.
+func NewEvaluator[M Weights](backend backends.Backend, m M, fn OutputOf[M]) (*Evaluator, error) {
 	x, err := NewNamedExec(backend, m.Context(), "evaluator", func(ctx *context.Context, batch map[string]*Node) map[string]*Node {
 		return fn(ctx, m, batch)
 	})

@@ -14,13 +14,6 @@ import (
 	"github.com/gomlx/gomlx/pkg/ml/context"
 )
 
-// LossFn builds a loss inside a compiled graph: from the model and the micro-batch's tensors
-// (host-side keys become graph nodes with the same names) it returns a scalar loss and named
-// scalar metrics. The trainer sums the gradients of the micro-batches of one optimizer step,
-// so a loss normalised over the whole mini-batch (loss_agg_mode "token-mean") must be scaled by the
-// builder (for example with a count passed in the batch).
-type LossFn func(ctx *context.Context, m *Model, batch map[string]*Node) (loss *Node, metrics map[string]*Node)
-
 // TrainerConfig configures the optimizer step.
 type TrainerConfig struct {
 	AdamW       AdamW
@@ -38,12 +31,13 @@ type StepResult struct {
 	Skipped  bool               // the gradient norm was not finite: no update was applied
 }
 
-// Trainer runs optimizer steps on a model: gradients of a loss built in the graph, accumulated
-// over micro-batches, clipped by global norm, applied with AdamW. Graphs are compiled per
-// micro-batch shape; the learning rate is a graph input, so changing it never recompiles.
+// Trainer runs optimizer steps on a model of any kind (see Weights): gradients of a loss built
+// in the graph, accumulated over micro-batches, clipped by global norm, applied with AdamW.
+// Graphs are compiled per micro-batch shape; the learning rate is a graph input, so changing it
+// never recompiles.
 type Trainer struct {
-	m         *Model
-	loss      LossFn
+	m         Weights
+	loss      func(ctx *context.Context, batch map[string]*Node) (*Node, map[string]*Node)
 	mu        sync.Mutex
 	cfg       TrainerConfig
 	step      int // schedule index: optimizer steps taken so far, skipped ones included
@@ -65,26 +59,27 @@ type Trainer struct {
 const optimizerScope = "/stx_optimizer"
 
 // NewTrainer prepares training of m's trainable variables with loss on backend.
-func NewTrainer(backend backends.Backend, m *Model, loss LossFn, cfg TrainerConfig) (*Trainer, error) {
+func NewTrainer[M Weights](backend backends.Backend, m M, loss LossOf[M], cfg TrainerConfig) (*Trainer, error) {
 	if err := cfg.AdamW.Validate(); err != nil {
 		return nil, err
 	}
 	if err := cfg.Schedule.Validate(); err != nil {
 		return nil, err
 	}
-	t := &Trainer{m: m, loss: loss, cfg: cfg}
-	for i, v := range m.Variables() {
+	t := &Trainer{m: m, cfg: cfg, loss: func(ctx *context.Context, batch map[string]*Node) (*Node, map[string]*Node) {
+		return loss(ctx, m, batch)
+	}}
+	for i, p := range m.Params() {
+		v := m.Variable(p.Name)
 		if !v.Trainable {
 			continue
 		}
-		p := m.params[i]
 		t.trainVar = append(t.trainVar, v)
 		t.trainIdx = append(t.trainIdx, i)
 		t.decay = append(t.decay, !(cfg.AdamW.NoDecayNormsAndBiases && len(p.Shape) == 1))
 		zeros := func(kind string) *context.Variable {
-			scope, name := m.variableScope(p.Name)
-			ctx := m.ctx.InAbsPath(m.scope + optimizerScope + "/" + kind + scope[len(m.scope):]).Checked(false)
-			st := ctx.VariableWithValue(name, tensors.FromShape(v.Shape()))
+			ctx := m.Context().InAbsPath(optimizerScope + "/" + kind + v.Scope()).Checked(false)
+			st := ctx.VariableWithValue(v.Name(), tensors.FromShape(v.Shape()))
 			st.SetTrainable(false)
 			return st
 		}
@@ -96,15 +91,15 @@ func NewTrainer(backend backends.Backend, m *Model, loss LossFn, cfg TrainerConf
 		return nil, fmt.Errorf("trainer: the model has no trainable variables")
 	}
 	var err error
-	if t.accumulate, err = context.NewExec(backend, m.ctx, t.accumulateGraph); err != nil {
+	if t.accumulate, err = context.NewExec(backend, m.Context(), t.accumulateGraph); err != nil {
 		return nil, fmt.Errorf("trainer: %w", err)
 	}
-	if t.applyFresh, err = context.NewExec(backend, m.ctx, func(ctx *context.Context, in []*Node) []*Node {
+	if t.applyFresh, err = context.NewExec(backend, m.Context(), func(ctx *context.Context, in []*Node) []*Node {
 		return t.applyGraph(ctx, in, false)
 	}); err != nil {
 		return nil, fmt.Errorf("trainer: %w", err)
 	}
-	if t.applyAccumulated, err = context.NewExec(backend, m.ctx, func(ctx *context.Context, in []*Node) []*Node {
+	if t.applyAccumulated, err = context.NewExec(backend, m.Context(), func(ctx *context.Context, in []*Node) []*Node {
 		return t.applyGraph(ctx, in, true)
 	}); err != nil {
 		return nil, fmt.Errorf("trainer: %w", err)
@@ -113,7 +108,7 @@ func NewTrainer(backend backends.Backend, m *Model, loss LossFn, cfg TrainerConf
 }
 
 // Model returns the trained model.
-func (t *Trainer) Model() *Model { return t.m }
+func (t *Trainer) Model() Weights { return t.m }
 
 // StepCount returns the number of optimizer steps taken (skipped steps included).
 func (t *Trainer) StepCount() int {
@@ -140,7 +135,7 @@ func (t *Trainer) lossAndGrads(ctx *context.Context, batchNodes []*Node) (loss *
 	for i, k := range t.keys {
 		batch[k] = batchNodes[i]
 	}
-	loss, mets := t.loss(ctx, t.m, batch)
+	loss, mets := t.loss(ctx, batch)
 	if loss.Rank() != 0 {
 		panic(fmt.Errorf("trainer: the loss must be a scalar, got shape %s", loss.Shape()))
 	}
@@ -261,4 +256,4 @@ func (t *Trainer) resetAccumulators() {
 }
 
 // paramName is the Hugging Face name of the i-th trainable variable.
-func (t *Trainer) paramName(i int) string { return t.m.params[t.trainIdx[i]].Name }
+func (t *Trainer) paramName(i int) string { return t.m.Params()[t.trainIdx[i]].Name }

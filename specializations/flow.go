@@ -12,7 +12,6 @@ import (
 	"stx.dev/stx/estimators"
 	"stx.dev/stx/runtime"
 	"stx.dev/stx/specializations/loss"
-	"stx.dev/stx/specializations/velocity"
 )
 
 // Flow data lives in wide per-row columns (see SetRowVectors): samples/i holds component i
@@ -112,7 +111,7 @@ func (s *FlowMatching) PrepareBatch(data *estimators.Rollout, opts BatchOptions)
 }
 
 // ExtractModelOutput is the predicted velocity at x_σ and the target u.
-func (s *FlowMatching) ExtractModelOutput(ctx *context.Context, m *velocity.Model, batch Batch) (Output, error) {
+func (s *FlowMatching) ExtractModelOutput(ctx *context.Context, m *runtime.VelocityModel, batch Batch) (Output, error) {
 	xs, u, err := loss.FlowInterpolate(batch[bX], batch[bNoise], batch[bSigma])
 	if err != nil {
 		return nil, err
@@ -129,31 +128,17 @@ func (s *FlowMatching) ComputeLoss(out Output, batch Batch, _ loss.Reducer) (*No
 	return res.Loss, map[string]*Node{}, nil
 }
 
-// Loss is the velocity.LossFn of the role.
-func (s *FlowMatching) Loss() velocity.LossFn { return flowLossFn(s) }
+// Loss is the runtime.LossOf[*runtime.VelocityModel] of the role.
+func (s *FlowMatching) Loss() runtime.LossOf[*runtime.VelocityModel] { return lossFn(s) }
 
 // Produce is the forward-only velocity at the batch's x_σ.
-func (s *FlowMatching) Produce() velocity.OutputFn {
-	return func(ctx *context.Context, m *velocity.Model, batch map[string]*Node) map[string]*Node {
+func (s *FlowMatching) Produce() runtime.OutputOf[*runtime.VelocityModel] {
+	return func(ctx *context.Context, m *runtime.VelocityModel, batch map[string]*Node) map[string]*Node {
 		out, err := s.ExtractModelOutput(ctx, m, batch)
 		if err != nil {
 			panic(err)
 		}
 		return map[string]*Node{KeyVelocity: out[KeyVelocity]}
-	}
-}
-
-func flowLossFn(s Flow) velocity.LossFn {
-	return func(ctx *context.Context, m *velocity.Model, batch map[string]*Node) (*Node, map[string]*Node) {
-		out, err := s.ExtractModelOutput(ctx, m, batch)
-		if err != nil {
-			panic(fmt.Errorf("%s: model output: %w", s.Contract().Name, err))
-		}
-		l, metrics, err := s.ComputeLoss(out, batch, s.Reducer(batch))
-		if err != nil {
-			panic(fmt.Errorf("%s: loss: %w", s.Contract().Name, err))
-		}
-		return l, metrics
 	}
 }
 
@@ -267,7 +252,7 @@ func (s *FlowActor) batches(data *estimators.Rollout, opts BatchOptions, trainab
 }
 
 // stepLogProb is log p_θ(x_next | x) of each transition.
-func (s *FlowActor) stepLogProb(ctx *context.Context, m *velocity.Model, batch Batch) (*Node, error) {
+func (s *FlowActor) stepLogProb(ctx *context.Context, m *runtime.VelocityModel, batch Batch) (*Node, error) {
 	v := m.Forward(ctx, batch[bX], batch[bSigma])
 	st, err := loss.SDEStepLogProb(batch[bX], v, batch[bXNext], batch[bSigma], batch[bSigmaNext],
 		loss.SDEConfig{NoiseLevel: s.cfg.Knobs.FlowNoiseLevel, SigmaMax: 1 - 1/float64(s.cfg.Knobs.FlowSteps)})
@@ -278,7 +263,7 @@ func (s *FlowActor) stepLogProb(ctx *context.Context, m *velocity.Model, batch B
 }
 
 // ExtractModelOutput is the step log-probs.
-func (s *FlowActor) ExtractModelOutput(ctx *context.Context, m *velocity.Model, batch Batch) (Output, error) {
+func (s *FlowActor) ExtractModelOutput(ctx *context.Context, m *runtime.VelocityModel, batch Batch) (Output, error) {
 	lp, err := s.stepLogProb(ctx, m, batch)
 	if err != nil {
 		return nil, err
@@ -297,12 +282,12 @@ func (s *FlowActor) ComputeLoss(out Output, batch Batch, _ loss.Reducer) (*Node,
 	return res.Loss, res.Metrics, nil
 }
 
-// Loss is the velocity.LossFn of the role.
-func (s *FlowActor) Loss() velocity.LossFn { return flowLossFn(s) }
+// Loss is the runtime.LossOf[*runtime.VelocityModel] of the role.
+func (s *FlowActor) Loss() runtime.LossOf[*runtime.VelocityModel] { return lossFn(s) }
 
 // Produce is the forward-only step_log_probs of each transition (e.g. the sampler's).
-func (s *FlowActor) Produce() velocity.OutputFn {
-	return func(ctx *context.Context, m *velocity.Model, batch map[string]*Node) map[string]*Node {
+func (s *FlowActor) Produce() runtime.OutputOf[*runtime.VelocityModel] {
+	return func(ctx *context.Context, m *runtime.VelocityModel, batch map[string]*Node) map[string]*Node {
 		lp, err := s.stepLogProb(ctx, m, batch)
 		if err != nil {
 			panic(err)
@@ -315,12 +300,12 @@ func (s *FlowActor) Produce() velocity.OutputFn {
 // the rollout: the reference behaviour of a frozen flow role.
 type FlowProducer struct {
 	spec Flow
-	eval *velocity.Evaluator
+	eval *runtime.Evaluator
 }
 
 // NewFlowProducer prepares spec's forward-only outputs with model m on backend.
-func NewFlowProducer(backend *runtime.Backend, spec Flow, m *velocity.Model) (*FlowProducer, error) {
-	e, err := velocity.NewEvaluator(backend, m, spec.Produce())
+func NewFlowProducer(backend *runtime.Backend, spec Flow, m *runtime.VelocityModel) (*FlowProducer, error) {
+	e, err := runtime.NewEvaluator(backend, m, spec.Produce())
 	if err != nil {
 		return nil, fmt.Errorf("%s producer: %w", spec.Contract().Name, err)
 	}

@@ -90,7 +90,7 @@ func lmRollout(rows int, seed uint64) *estimators.Rollout {
 
 // trainSteps runs steps optimizer steps of spec on model m with a fixed batch, returning
 // the first and last losses (the loss of the last step is re-evaluated after it).
-func trainSteps(t *testing.T, spec LM, m *runtime.Model, mbs []map[string]*tensors.Tensor, steps int, lr float64) []float64 {
+func trainSteps[M runtime.Weights](t *testing.T, spec ModelSpecialization[M], m M, mbs []map[string]*tensors.Tensor, steps int, lr float64) []float64 {
 	t.Helper()
 	tr, err := runtime.NewTrainer(testBackend(t), m, spec.Loss(), runtime.TrainerConfig{AdamW: runtime.DefaultAdamW(),
 		Schedule: runtime.Schedule{Kind: "constant", BaseLR: lr}})

@@ -9,7 +9,6 @@ import (
 	"stx.dev/stx/runtime"
 	"stx.dev/stx/schema"
 	"stx.dev/stx/specializations/loss"
-	"stx.dev/stx/specializations/velocity"
 )
 
 // TestReferenceProducesLogProbs: a frozen role prepares from tokens and loss_mask only and
@@ -315,7 +314,7 @@ func TestPPOMatchesHostReference(t *testing.T) {
 
 // TestFlowProducedKeys: frozen flow roles produce velocity vectors and step log-probs per row.
 func TestFlowProducedKeys(t *testing.T) {
-	m, err := velocity.NewModel(velocity.Config{Dim: flowDim, Hidden: 8}, 1)
+	m, err := runtime.NewVelocityModel(runtime.VelocityConfig{Dim: flowDim, Hidden: 8}, 1)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,8 +10,9 @@
 // Specialization turns rollout rows into micro-batches (PrepareBatch), says
 // what its model outputs inside the compiled graph (ExtractModelOutput) and
 // builds its loss (ComputeLoss, with the loss_agg_mode Reducer); the losses
-// themselves are in the loss sub-package and the flow roles' small velocity
-// model in the velocity sub-package. A frozen role runs the same
+// themselves are in the loss sub-package. Language-model specializations (LM)
+// run a runtime.Model, the flow ones (Flow) a runtime.VelocityModel; both
+// train through runtime.Trainer. A frozen role runs the same
 // specialization forward-only (Producer) to produce its keys for syncs.
 package specializations
 

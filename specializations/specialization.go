@@ -10,7 +10,6 @@ import (
 	"stx.dev/stx/estimators"
 	"stx.dev/stx/runtime"
 	"stx.dev/stx/specializations/loss"
-	"stx.dev/stx/specializations/velocity"
 )
 
 // Batch is a micro-batch inside the compiled graph: the host tensors of PrepareBatch become
@@ -56,29 +55,26 @@ type Specialization interface {
 	ComputeLoss(out Output, batch Batch, r loss.Reducer) (*Node, map[string]*Node, error)
 }
 
-// LM is a specialization of a language-model role (runtime.Model).
-type LM interface {
+// ModelSpecialization is a specialization of a role whose model is of kind M: the
+// language models (LM) and the flow roles' velocity model (Flow) train through the same
+// runtime.Trainer.
+type ModelSpecialization[M runtime.Weights] interface {
 	Specialization
 	// ExtractModelOutput runs the model inside the graph and returns what the loss needs.
-	ExtractModelOutput(ctx *context.Context, m *runtime.Model, batch Batch) (Output, error)
+	ExtractModelOutput(ctx *context.Context, m M, batch Batch) (Output, error)
 	// Loss composes ExtractModelOutput, Reducer and ComputeLoss for runtime.Trainer.
-	Loss() runtime.LossFn
-	// Produce is the forward-only output of Contract().Produces, per target position
-	// ([rows, tokens] for per-token keys, [rows] for per-row keys), for runtime.Evaluator.
-	Produce() runtime.OutputFn
+	Loss() runtime.LossOf[M]
+	// Produce is the forward-only output of Contract().Produces, for runtime.Evaluator:
+	// per target position ([rows, tokens] for per-token keys, [rows] for per-row keys) for a
+	// language model, one value or vector per row for a velocity model.
+	Produce() runtime.OutputOf[M]
 }
 
-// Flow is a specialization of a velocity-model role (specializations/velocity).
-type Flow interface {
-	Specialization
-	// ExtractModelOutput runs the velocity model inside the graph.
-	ExtractModelOutput(ctx *context.Context, m *velocity.Model, batch Batch) (Output, error)
-	// Loss composes ExtractModelOutput, Reducer and ComputeLoss for velocity.Trainer.
-	Loss() velocity.LossFn
-	// Produce is the forward-only output of Contract().Produces, one value or vector per
-	// row, for velocity.Evaluator.
-	Produce() velocity.OutputFn
-}
+// LM is a specialization of a language-model role (runtime.Model).
+type LM = ModelSpecialization[*runtime.Model]
+
+// Flow is a specialization of a velocity-model role (runtime.VelocityModel).
+type Flow = ModelSpecialization[*runtime.VelocityModel]
 
 // AdvantageComputer is implemented by specializations that compute advantages through the
 // estimators registry (Contract.Estimator). ComputeAdvantages sets
@@ -105,11 +101,11 @@ func New(cfg RoleConfig) (Specialization, error) {
 	return s, nil
 }
 
-// lossFn adapts an LM's three steps to runtime.LossFn. GoMLX reports graph-building errors
-// by panicking, and runtime.LossFn has no error result, so errors become panics that the
-// executor turns back into errors.
-func lossFn(s LM) runtime.LossFn {
-	return func(ctx *context.Context, m *runtime.Model, batch map[string]*Node) (*Node, map[string]*Node) {
+// lossFn adapts a specialization's three steps to runtime.LossOf. GoMLX reports
+// graph-building errors by panicking, and runtime.LossOf has no error result, so errors
+// become panics that the executor turns back into errors.
+func lossFn[M runtime.Weights](s ModelSpecialization[M]) runtime.LossOf[M] {
+	return func(ctx *context.Context, m M, batch map[string]*Node) (*Node, map[string]*Node) {
 		out, err := s.ExtractModelOutput(ctx, m, batch)
 		if err != nil {
 			panic(fmt.Errorf("%s: model output: %w", s.Contract().Name, err))

@@ -15,7 +15,6 @@ import (
 	"stx.dev/stx/estimators"
 	"stx.dev/stx/runtime"
 	"stx.dev/stx/schema"
-	"stx.dev/stx/specializations/velocity"
 )
 
 // specCase is one specialization with the knobs of its tests.
@@ -295,7 +294,7 @@ func lossGoesDown(t *testing.T, c specCase) {
 		trainSteps(t, s, m, mbs, 4, 3e-3)
 		losses = append(losses, evalLoss(t, judge.(LM), m, jb))
 	case Flow:
-		m, err := velocity.NewModel(velocity.Config{Dim: flowDim, Hidden: 32}, 3)
+		m, err := runtime.NewVelocityModel(runtime.VelocityConfig{Dim: flowDim, Hidden: 32}, 3)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -306,17 +305,7 @@ func lossGoesDown(t *testing.T, c specCase) {
 		if err != nil {
 			t.Fatalf("%s: %v", c.name, err)
 		}
-		tr, err := velocity.NewTrainer(testBackend(t), m, s.Loss(), velocity.Adam{LR: 1e-2, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8})
-		if err != nil {
-			t.Fatal(err)
-		}
-		for range 4 {
-			res, err := tr.Step(mbs)
-			if err != nil {
-				t.Fatalf("%s: %v", c.name, err)
-			}
-			losses = append(losses, res.Loss)
-		}
+		losses = trainSteps(t, s, m, mbs, 4, 1e-2)
 	default:
 		t.Fatalf("%s: neither LM nor Flow", c.name)
 	}
@@ -333,7 +322,7 @@ func lossGoesDown(t *testing.T, c specCase) {
 
 // setOwnStepLogProbs makes the rollout's sampler log-probs those of m itself (on-policy),
 // through the frozen-role path.
-func setOwnStepLogProbs(t *testing.T, s *FlowActor, m *velocity.Model, data *estimators.Rollout) {
+func setOwnStepLogProbs(t *testing.T, s *FlowActor, m *runtime.VelocityModel, data *estimators.Rollout) {
 	t.Helper()
 	p, err := NewFlowProducer(testBackend(t), s, m)
 	if err != nil {

@@ -15,69 +15,38 @@ import (
 	"stx.dev/stx/runtime"
 	"stx.dev/stx/schema"
 	"stx.dev/stx/specializations"
-	"stx.dev/stx/specializations/velocity"
 )
 
 // flowValSamples is the number of points an evaluation of a flow role draws.
 const flowValSamples = 256
 
-// flowHidden is the width of the built-in velocity MLP ("flow_mlp").
-const flowHidden = 64
-
-// flowRole is the runtime side of a velocity-model role (flow, flow_actor).
-type flowRole struct {
-	spec    specializations.Flow
-	model   *velocity.Model
-	trainer *velocity.Trainer
-	// sched is the LR schedule of the running knobs (replaced on a hot reload);
-	// step i uses sched.LR(i), i = the trainer's count of Adam updates (a
-	// skipped, non-finite step stops the run, so no step is ever skipped
-	// in a run that goes on).
-	sched runtime.Schedule
-	// vel evaluates v_θ(x, σ) for the samplers.
-	vel *velocity.Evaluator
-	// prod computes the step log-probs of transitions (the sampler's log-probs).
+// flowSampler draws points from a velocity-model role's current weights: the
+// ODE sampler of the evaluation, the SDE sampler of Flow-GRPO's rollouts.
+type flowSampler struct {
+	// vel evaluates v_θ(x, σ).
+	vel *runtime.Evaluator
+	// prod computes the step log-probs of transitions (the sampler's log-probs;
+	// used by Flow-GRPO's rollouts only).
 	prod *specializations.FlowProducer
 }
 
-// newFlowRole builds a velocity-model role. Its model.source must be the
-// built-in "flow_mlp" (2-D data, two hidden layers of flowHidden).
-func newFlowRole(b *runtime.Backend, rec *schema.Recipe, n Node, spec specializations.Flow, total int) (*flowRole, error) {
-	if src := n.Role.Model.Source; src != "flow_mlp" {
-		return nil, fmt.Errorf("role %q: a velocity-model role needs model.source \"flow_mlp\", got %q", n.Role.Name, src)
-	}
-	m, err := velocity.NewModel(velocity.Config{Dim: 2, Hidden: flowHidden}, sourceSeed(rec.Knobs))
-	if err != nil {
-		return nil, fmt.Errorf("role %q: %w", n.Role.Name, err)
-	}
-	k := rec.Knobs
-	f := &flowRole{spec: spec, model: m, sched: schedule(k, total)}
-	if n.Role.Trainable {
-		if err := f.sched.Validate(); err != nil {
-			return nil, fmt.Errorf("lr schedule knobs: %w", err)
-		}
-		// The velocity trainer is plain Adam: weight_decay does not reach velocity roles.
-		opt := velocity.Adam{LR: f.sched.LR(0), Beta1: k.AdamBeta1, Beta2: k.AdamBeta2, Eps: k.AdamEps, MaxGradNorm: k.MaxGradNorm}
-		if f.trainer, err = velocity.NewTrainer(b, m, spec.Loss(), opt); err != nil {
-			return nil, fmt.Errorf("role %q: trainer: %w", n.Role.Name, err)
-		}
-	}
-	velocityFn := func(ctx *context.Context, m *velocity.Model, batch map[string]*graph.Node) map[string]*graph.Node {
+// newFlowSampler prepares the samplers of model m, whose role runs spec.
+func newFlowSampler(b *runtime.Backend, spec specializations.Flow, m *runtime.VelocityModel) (*flowSampler, error) {
+	vel, err := runtime.NewEvaluator(b, m, func(ctx *context.Context, m *runtime.VelocityModel, batch map[string]*graph.Node) map[string]*graph.Node {
 		return map[string]*graph.Node{"v": m.Forward(ctx, batch["x"], batch["sigma"])}
+	})
+	if err != nil {
+		return nil, err
 	}
-	if f.vel, err = velocity.NewEvaluator(b, m, velocityFn); err != nil {
-		return nil, fmt.Errorf("role %q: %w", n.Role.Name, err)
+	prod, err := specializations.NewFlowProducer(b, spec, m)
+	if err != nil {
+		return nil, err
 	}
-	if _, ok := spec.(*specializations.FlowActor); ok {
-		if f.prod, err = specializations.NewFlowProducer(b, spec, m); err != nil {
-			return nil, fmt.Errorf("role %q: %w", n.Role.Name, err)
-		}
-	}
-	return f, nil
+	return &flowSampler{vel: vel, prod: prod}, nil
 }
 
 // velocityAt evaluates v_θ at points xs (N×D, row-major) and noise levels sigma.
-func (f *flowRole) velocityAt(xs []float32, sigma []float32) ([]float32, error) {
+func (f *flowSampler) velocityAt(xs []float32, sigma []float32) ([]float32, error) {
 	n := len(sigma)
 	out, err := f.vel.Run(map[string]*tensors.Tensor{
 		"x":     tensors.FromFlatDataAndDimensions(append([]float32{}, xs...), n, len(xs)/n),
@@ -89,46 +58,9 @@ func (f *flowRole) velocityAt(xs []float32, sigma []float32) ([]float32, error) 
 	return tensors.CopyFlatData[float32](out["v"])
 }
 
-// step takes one optimizer step at the schedule's learning rate.
-func (f *flowRole) step(mbs []map[string]*tensors.Tensor) (runtime.StepResult, error) {
-	i := f.trainer.Steps()
-	if err := f.trainer.SetLR(f.sched.LR(i)); err != nil {
-		return runtime.StepResult{}, err
-	}
-	res, err := f.trainer.Step(mbs)
-	if err != nil {
-		return runtime.StepResult{}, err
-	}
-	return runtime.StepResult{Step: i, LR: res.LR, Loss: res.Loss, GradNorm: res.GradNorm, Skipped: res.Skipped,
-		Metrics: res.Metrics}, nil
-}
-
-// save writes the velocity model's weights (model.safetensors) and, for a
-// trainable role, its Adam state (optimizer.safetensors, state.json) to dir.
-func (f *flowRole) save(dir string) error {
-	if err := f.model.Save(dir); err != nil {
-		return err
-	}
-	if f.trainer == nil {
-		return nil
-	}
-	return f.trainer.SaveState(dir)
-}
-
-// load restores what save wrote.
-func (f *flowRole) load(dir string) error {
-	if err := f.model.Load(dir); err != nil {
-		return err
-	}
-	if f.trainer == nil {
-		return nil
-	}
-	return f.trainer.LoadState(dir)
-}
-
 // euler integrates the probability-flow ODE from noise (σ = 1) to data
 // (σ = 0) in flow_steps Euler steps for n points drawn from seed.
-func (f *flowRole) euler(n, steps int, seed uint64) ([]float32, error) {
+func (f *flowSampler) euler(n, steps int, seed uint64) ([]float32, error) {
 	rng := rand.New(rand.NewPCG(seed, 0xf10))
 	x := make([]float32, 2*n)
 	for i := range x {
@@ -155,7 +87,7 @@ func (f *flowRole) euler(n, steps int, seed uint64) ([]float32, error) {
 // trajectories with Flow-GRPO's SDE sampler (Liu et al., 2025); each transition is a
 // row (trajectories = x, x_next, σ, σ_next), its reward that of the final
 // point, its sampler_log_probs the step log-prob under the sampling weights.
-func (f *flowRole) flowRollout(k schema.Knobs, reward *tasks.Reward, role string, seed uint64) (*batch, error) {
+func (f *flowSampler) flowRollout(k schema.Knobs, reward *tasks.Reward, role string, seed uint64) (*batch, error) {
 	G, n, K := k.RolloutBatchSize, max(k.NSamplesPerPrompt, 1), max(k.FlowSteps, 1)
 	N, a := G*n, k.FlowNoiseLevel
 	sigmaMax := 1 - 1/float64(K)
@@ -253,7 +185,7 @@ func flowSamples(exs []tasks.Example, role string) (*batch, error) {
 // flowEval draws 256 points with the Euler ODE sampler and scores them with
 // the task reward: val/accuracy is the fraction within 3σ of a target mode,
 // val/log_density the mixture's mean log-density at the points.
-func flowEval(f *flowRole, k schema.Knobs, reward *tasks.Reward, task tasks.Task, seed uint64) (map[string]float64, error) {
+func flowEval(f *flowSampler, k schema.Knobs, reward *tasks.Reward, task tasks.Task, seed uint64) (map[string]float64, error) {
 	const n = flowValSamples
 	pts, err := f.euler(n, max(k.FlowSteps, 1), seed)
 	if err != nil {
