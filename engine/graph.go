@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"stx.dev/stx/estimators"
+	"stx.dev/stx/rollout"
 	"stx.dev/stx/schema"
 	"stx.dev/stx/specializations"
 )
@@ -210,7 +211,7 @@ func BuildGraph(r *schema.Recipe) (*Graph, []Problem) {
 		add("roles", "no role is trainable (set knobs.eval_only: true to only evaluate)")
 	}
 	if rr := r.Task.RewardRole; rr != "" && known("task.reward_role", "reward_role", rr) {
-		if n, ok := nodeOf[rr]; ok && !slices.Contains(n.Produces, specializations.KeyRewards) {
+		if n, ok := nodeOf[rr]; ok && !slices.Contains(n.Produces, rollout.KeyRewards) {
 			add("task.reward_role", "reward role %q (specialization %s) does not produce rewards; use specialization reward_model", rr, n.Contract.Name)
 		}
 	}
@@ -320,15 +321,15 @@ func hint(s string, cands []string) string {
 // keyHint says how a missing key is usually provided.
 func keyHint(key, role string) string {
 	switch key {
-	case specializations.KeyRefLogProbs:
+	case rollout.KeyRefLogProbs:
 		return fmt.Sprintf(`; set init: with_ref: true on role %q, or add a frozen reference role and {source: "reference", target: %q, keys: ["log_probs"], target_keys: ["ref_log_probs"]}`, role, role)
-	case specializations.KeyValues:
+	case rollout.KeyValues:
 		return fmt.Sprintf(`; GAE needs a value role: add {name: "value", specialization: "critic"} and {source: "value", target: %q, keys: ["values"]}`, role)
-	case specializations.KeyTeacherLogProbs:
+	case rollout.KeyTeacherLogProbs:
 		return fmt.Sprintf(`; add a frozen teacher role and {source: "teacher", target: %q, keys: ["log_probs"], target_keys: ["teacher_log_probs"]}`, role)
-	case specializations.KeyTeacherLogits:
+	case rollout.KeyTeacherLogits:
 		return fmt.Sprintf(`; add a frozen teacher role and {source: "teacher", target: %q, keys: ["logits"], target_keys: ["teacher_logits"]}`, role)
-	case specializations.KeyTeacherActions:
+	case rollout.KeyTeacherActions:
 		return fmt.Sprintf(`; add a frozen teacher role and {source: "teacher", target: %q, keys: ["actions"], target_keys: ["teacher_actions"]}`, role)
 	}
 	return ""

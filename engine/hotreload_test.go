@@ -18,9 +18,9 @@ import (
 
 	"stx.dev/stx/engine/reload"
 	"stx.dev/stx/engine/rundir"
+	"stx.dev/stx/rollout"
 	"stx.dev/stx/runtime"
 	"stx.dev/stx/schema"
-	"stx.dev/stx/specializations"
 )
 
 // hotRecipe is the text of a tiny SFT recipe file: one optimizer step per
@@ -572,7 +572,7 @@ func TestHotKnobsReachSamplerAndSpecialization(t *testing.T) {
 		t.Fatal(err)
 	}
 	opts := l.batchOptions(r, 1)
-	if err := produceInto(r.ref, b.data, opts, []string{specializations.KeyLogProbs}, []string{specializations.KeyRefLogProbs}); err != nil {
+	if err := produceInto(r.ref, b.data, opts, []string{rollout.KeyLogProbs}, []string{rollout.KeyRefLogProbs}); err != nil {
 		t.Fatal(err)
 	}
 	// step prepares the rollout with the role's current specialization, with
@@ -587,7 +587,7 @@ func TestHotKnobsReachSamplerAndSpecialization(t *testing.T) {
 		saturated := make([]map[string]*tensors.Tensor, len(mbs))
 		for i, mb := range mbs {
 			saturated[i] = maps.Clone(mb)
-			for key, v := range map[string]float32{"advantages": 1, specializations.KeySamplerLogProbs: -100} {
+			for key, v := range map[string]float32{"advantages": 1, rollout.KeySamplerLogProbs: -100} {
 				data := make([]float32, mb[key].Shape().Size())
 				for j := range data {
 					data[j] = v

@@ -10,7 +10,7 @@ import (
 	"strings"
 
 	"stx.dev/stx/engine/rundir"
-	"stx.dev/stx/estimators"
+	"stx.dev/stx/rollout"
 	"stx.dev/stx/runtime"
 	"stx.dev/stx/runtime/tokenizer"
 	"stx.dev/stx/schema"
@@ -143,7 +143,7 @@ func buildRoles(b *runtime.Backend, g *Graph, total int, from *resumeFrom, start
 		if !ok {
 			return nil, fmt.Errorf("role %q: specialization %q is not a language-model specialization; neither a language-model nor a velocity-model specialization", n.Role.Name, n.Role.Specialization)
 		}
-		withRef := n.Role.Trainable && slices.Contains(n.Requires, specializations.KeyRefLogProbs) && n.Role.InitBool("with_ref")
+		withRef := n.Role.Trainable && slices.Contains(n.Requires, rollout.KeyRefLogProbs) && n.Role.InitBool("with_ref")
 		saved := from.weights(rec, i, n.Role.Trainable && !withRef, starts)
 		m, dir, err := openModel(rec, i, saved, starts)
 		if err != nil {
@@ -305,7 +305,7 @@ func roleTokenizer(r *role) (tokenizer.Tokenizer, error) {
 // produceInto runs p on a copy of data and copies the keys into data under
 // the names of rename (wide columns key/0.. included), so a producer's other
 // outputs never overwrite columns of data.
-func produceInto(p *specializations.Producer, data *estimators.Rollout, opts specializations.BatchOptions, keys, targets []string) error {
+func produceInto(p *specializations.Producer, data *rollout.Rollout, opts specializations.BatchOptions, keys, targets []string) error {
 	all := make([]int, data.Len())
 	for i := range all {
 		all[i] = i
@@ -339,7 +339,7 @@ func produceInto(p *specializations.Producer, data *estimators.Rollout, opts spe
 				data.Row[k], found = col, true
 			}
 		}
-		if name == specializations.KeyRewards && tmp.Reward != nil {
+		if name == rollout.KeyRewards && tmp.Reward != nil {
 			data.Reward, found = tmp.Reward, true
 		}
 		if !found {

@@ -5,13 +5,12 @@ import (
 	"math"
 	"math/rand/v2"
 
+	graph "github.com/gomlx/gomlx/pkg/core/graph"
 	"github.com/gomlx/gomlx/pkg/core/tensors"
 	"github.com/gomlx/gomlx/pkg/ml/context"
 
-	graph "github.com/gomlx/gomlx/pkg/core/graph"
-
 	"stx.dev/stx/engine/tasks"
-	"stx.dev/stx/estimators"
+	"stx.dev/stx/rollout"
 	"stx.dev/stx/runtime"
 	"stx.dev/stx/schema"
 	"stx.dev/stx/specializations"
@@ -196,7 +195,7 @@ func (f *flowRole) flowRollout(k schema.Knobs, reward *tasks.Reward, role string
 			trans[step][i] = t
 		}
 	}
-	d := &estimators.Rollout{Row: map[string][]float64{}}
+	d := &rollout.Rollout{Row: map[string][]float64{}}
 	out := &batch{metrics: map[string]float64{}}
 	traj := make([][]float32, 0, N*K)
 	for i := range N {
@@ -219,15 +218,15 @@ func (f *flowRole) flowRollout(k schema.Knobs, reward *tasks.Reward, role string
 			d.Role = append(d.Role, role)
 			d.DataSource = append(d.DataSource, "mixture2d")
 			d.Traj = append(d.Traj, i)
-			d.Row[estimators.KeyIsCorrect] = append(d.Row[estimators.KeyIsCorrect], c)
+			d.Row[rollout.KeyIsCorrect] = append(d.Row[rollout.KeyIsCorrect], c)
 		}
 		out.genTokens += K
 	}
-	if err := specializations.SetRowVectors(d, specializations.KeyTrajectories, traj); err != nil {
+	if err := specializations.SetRowVectors(d, rollout.KeyTrajectories, traj); err != nil {
 		return nil, err
 	}
 	if err := f.prod.Produce(d, specializations.BatchOptions{MicroBatchSize: k.MicroBatchSize},
-		map[string]string{specializations.KeyStepLogProbs: specializations.KeySamplerLogProbs}); err != nil {
+		map[string]string{rollout.KeyStepLogProbs: rollout.KeySamplerLogProbs}); err != nil {
 		return nil, fmt.Errorf("sampler log-probs: %w", err)
 	}
 	out.data = d
@@ -236,7 +235,7 @@ func (f *flowRole) flowRollout(k schema.Knobs, reward *tasks.Reward, role string
 
 // flowSamples lays out dataset points as rows with the wide samples column.
 func flowSamples(exs []tasks.Example, role string) (*batch, error) {
-	d := &estimators.Rollout{Row: map[string][]float64{}}
+	d := &rollout.Rollout{Row: map[string][]float64{}}
 	pts := make([][]float32, 0, len(exs))
 	for _, ex := range exs {
 		d.Tokens = append(d.Tokens, []int32{})
@@ -244,7 +243,7 @@ func flowSamples(exs []tasks.Example, role string) (*batch, error) {
 		d.Role = append(d.Role, role)
 		pts = append(pts, ex.Point)
 	}
-	if err := specializations.SetRowVectors(d, specializations.KeySamples, pts); err != nil {
+	if err := specializations.SetRowVectors(d, rollout.KeySamples, pts); err != nil {
 		return nil, err
 	}
 	return &batch{data: d, exs: exs, metrics: map[string]float64{}}, nil

@@ -7,6 +7,7 @@ import (
 
 	"stx.dev/stx/engine/tasks"
 	"stx.dev/stx/estimators"
+	"stx.dev/stx/rollout"
 	"stx.dev/stx/runtime"
 	"stx.dev/stx/runtime/tokenizer"
 	"stx.dev/stx/schema"
@@ -82,12 +83,12 @@ func (e encoder) completion(text string) []int32 {
 
 // rows accumulates Rollout rows.
 type rows struct {
-	r   *estimators.Rollout
+	r   *rollout.Rollout
 	exs []tasks.Example // the example of each row (for rewards and episodes)
 }
 
 func newRows() *rows {
-	return &rows{r: &estimators.Rollout{Tok: map[string][][]float32{}, Row: map[string][]float64{}}}
+	return &rows{r: &rollout.Rollout{Tok: map[string][][]float32{}, Row: map[string][]float64{}}}
 }
 
 // add appends one row: prompt then completion, mask 1 on the completion.
@@ -123,7 +124,7 @@ func (b *rows) setRow(key string, i int, v float64) {
 
 // batch is one rollout's data and what the console and metrics report of it.
 type batch struct {
-	data *estimators.Rollout
+	data *rollout.Rollout
 	exs  []tasks.Example
 	// completions are the decoded completions per row (episodes).
 	completions []string
@@ -212,16 +213,16 @@ func (g *rolloutGen) offline(n int, kind tasks.Kind) (*batch, error) {
 		switch kind {
 		case tasks.KindPreference:
 			i := b.add(p, g.enc.completion(ex.Chosen), ex, g.role)
-			b.setRow(specializations.KeyChosen, i, 1)
+			b.setRow(rollout.KeyChosen, i, 1)
 			j := b.add(p, g.enc.completion(ex.Rejected), ex, g.role)
-			b.setRow(specializations.KeyChosen, j, 0)
+			b.setRow(rollout.KeyChosen, j, 0)
 		case tasks.KindKTO:
 			i := b.add(p, g.enc.completion(ex.Answer), ex, g.role)
 			label := 0.0
 			if ex.Label {
 				label = 1
 			}
-			b.setRow(specializations.KeyLabel, i, label)
+			b.setRow(rollout.KeyLabel, i, label)
 		default:
 			b.add(p, g.enc.completion(ex.Answer), ex, g.role)
 		}
@@ -356,12 +357,12 @@ func (g *rolloutGen) tryBatch(id, attempt int, seed uint64) (*batch, error) {
 }
 
 // toGroups turns rows into estimator groups (one trajectory per row).
-func toGroups(d *estimators.Rollout) []estimators.Group {
+func toGroups(d *rollout.Rollout) []estimators.Group {
 	var gs []estimators.Group
 	for _, idx := range d.Groups() {
 		g := estimators.Group{TaskID: d.TaskID[idx[0]], Role: d.Role[idx[0]], DataSource: d.DataSource[idx[0]]}
 		for _, i := range idx {
-			g.Trajectories = append(g.Trajectories, estimators.Trajectory{Reward: d.Reward[i], IsCorrect: d.Row[estimators.KeyIsCorrect][i] == 1})
+			g.Trajectories = append(g.Trajectories, estimators.Trajectory{Reward: d.Reward[i], IsCorrect: d.Row[rollout.KeyIsCorrect][i] == 1})
 		}
 		gs = append(gs, g)
 	}
@@ -370,7 +371,7 @@ func toGroups(d *estimators.Rollout) []estimators.Group {
 
 // keepGroups selects the rows of the kept groups (by task id) from parts.
 func keepGroups(parts []*batch, byTask map[string][]int, kept []estimators.Group) (*batch, error) {
-	var ds []*estimators.Rollout
+	var ds []*rollout.Rollout
 	out := &batch{metrics: map[string]float64{}}
 	var comps []string
 	for _, p := range parts {
@@ -382,7 +383,7 @@ func keepGroups(parts []*batch, byTask map[string][]int, kept []estimators.Group
 			out.metrics[name] = v
 		}
 	}
-	all, err := estimators.Concat(ds...)
+	all, err := rollout.Concat(ds...)
 	if err != nil {
 		return nil, err
 	}
@@ -476,7 +477,7 @@ func (g *rolloutGen) sampleBatch(id int, seed uint64) (*batch, error) {
 		if ok || rew >= k.CorrectThreshold {
 			c = 1
 		}
-		b.setRow(estimators.KeyIsCorrect, row, c)
+		b.setRow(rollout.KeyIsCorrect, row, c)
 		lp := make([]float32, len(b.r.Tokens[row]))
 		copy(lp[len(prompts[i]):], s.LogProbs)
 		lps = append(lps, lp)
@@ -489,9 +490,9 @@ func (g *rolloutGen) sampleBatch(id int, seed uint64) (*batch, error) {
 			lengthCut++
 		}
 	}
-	b.r.Tok[specializations.KeySamplerLogProbs] = lps
+	b.r.Tok[rollout.KeySamplerLogProbs] = lps
 	if executedBy != nil {
-		b.r.Row[specializations.KeyExecutedBy] = executedBy
+		b.r.Row[rollout.KeyExecutedBy] = executedBy
 	}
 	if g.remax {
 		greedy, err := g.sampler.Generate(dedupe(prompts, n), g.sampleOptions(seed, true))
@@ -507,7 +508,7 @@ func (g *rolloutGen) sampleBatch(id int, seed uint64) (*batch, error) {
 			return nil, fmt.Errorf("greedy baseline: %w", err)
 		}
 		for i := range samples {
-			b.setRow(estimators.KeyGreedyReward, i, gRews[i/n])
+			b.setRow(rollout.KeyGreedyReward, i, gRews[i/n])
 		}
 		out.genTokens += len(greedy) * k.MaxNewTokens
 	}
@@ -540,12 +541,12 @@ func dedupe(prompts [][]int32, n int) [][]int32 {
 // rewardMetrics are the reward statistics of a batch's rows per role, named
 // as rLLM names them: reward/<role>/{mean,std,min,max}, plus
 // reward/<role>/correct_frac (the fraction of correct completions).
-func rewardMetrics(d *estimators.Rollout) map[string]float64 {
+func rewardMetrics(d *rollout.Rollout) map[string]float64 {
 	m := map[string]float64{}
 	if d.Len() == 0 || d.Reward == nil {
 		return m
 	}
-	correct := d.Row[estimators.KeyIsCorrect]
+	correct := d.Row[rollout.KeyIsCorrect]
 	for _, role := range rowRoles(d) {
 		var xs, cs []float64
 		for i, r := range d.Reward {
@@ -569,7 +570,7 @@ func rewardMetrics(d *estimators.Rollout) map[string]float64 {
 }
 
 // rowRoles are the distinct roles of d's rows, in order of appearance.
-func rowRoles(d *estimators.Rollout) []string {
+func rowRoles(d *rollout.Rollout) []string {
 	var roles []string
 	seen := map[string]bool{}
 	for _, r := range d.Role {
@@ -612,8 +613,8 @@ func addMoments(m map[string]float64, prefix string, xs []float64, zero bool) {
 // one advantage per trajectory; over tokens is the same for broadcast
 // estimators such as GRPO up to length weighting, and also meaningful for
 // per-token ones such as GAE.)
-func advantageMetrics(d *estimators.Rollout) map[string]float64 {
-	adv, ok := d.Tok[estimators.KeyAdvantages]
+func advantageMetrics(d *rollout.Rollout) map[string]float64 {
+	adv, ok := d.Tok[rollout.KeyAdvantages]
 	if !ok {
 		return nil
 	}
@@ -761,7 +762,7 @@ func (g *rolloutGen) aggrevate(seed uint64) (*batch, error) {
 		text := texts[j]
 		rew, ok := rews[j], oks[j]
 		b.r.Reward[row] = rew
-		b.setRow(estimators.KeyIsCorrect, row, map[bool]float64{true: 1}[ok || rew >= k.CorrectThreshold])
+		b.setRow(rollout.KeyIsCorrect, row, map[bool]float64{true: 1}[ok || rew >= k.CorrectThreshold])
 		out.completions = append(out.completions, text)
 		out.genTokens += 1 + len(conts[j])
 	}

@@ -13,6 +13,7 @@ import (
 	"stx.dev/stx/engine/rundir"
 	"stx.dev/stx/engine/tasks"
 	"stx.dev/stx/estimators"
+	"stx.dev/stx/rollout"
 	"stx.dev/stx/runtime"
 	"stx.dev/stx/schema"
 	"stx.dev/stx/specializations"
@@ -635,7 +636,7 @@ func (l *loop) rollout(id int) error {
 		if rr == nil || rr.self == nil {
 			return fmt.Errorf("task.reward_role %q is not a role that produces rewards", name)
 		}
-		if err := produceInto(rr.self, b.data, l.batchOptions(rr, id), []string{specializations.KeyRewards}, []string{specializations.KeyRewards}); err != nil {
+		if err := produceInto(rr.self, b.data, l.batchOptions(rr, id), []string{rollout.KeyRewards}, []string{rollout.KeyRewards}); err != nil {
 			return fmt.Errorf("reward role %q: %w", name, err)
 		}
 	}
@@ -777,7 +778,7 @@ func withoutStep(m map[string]float64) map[string]float64 {
 }
 
 // reshuffle permutes the rows of d by whole units (pairs stay together).
-func (l *loop) reshuffle(d *estimators.Rollout, seed uint64) (*estimators.Rollout, error) {
+func (l *loop) reshuffle(d *rollout.Rollout, seed uint64) (*rollout.Rollout, error) {
 	if l.gen != nil && l.gen.workflow != nil {
 		return reshuffleTrajectories(d, seed)
 	}

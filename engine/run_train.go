@@ -10,7 +10,7 @@ import (
 	"github.com/gomlx/gomlx/pkg/core/tensors"
 
 	"stx.dev/stx/engine/rundir"
-	"stx.dev/stx/estimators"
+	"stx.dev/stx/rollout"
 	"stx.dev/stx/runtime"
 	"stx.dev/stx/specializations"
 )
@@ -33,7 +33,7 @@ func (l *loop) batchOptions(r *role, id int) specializations.BatchOptions {
 // then every trainable role trains on the data (roles sharing a pool one
 // after another, pools concurrently). It returns one metrics record per
 // optimizer step.
-func (l *loop) trainStep(id, pass int, d *estimators.Rollout) ([]map[string]float64, time.Duration, time.Duration, int, error) {
+func (l *loop) trainStep(id, pass int, d *rollout.Rollout) ([]map[string]float64, time.Duration, time.Duration, int, error) {
 	t := time.Now()
 	d, err := d.Select(seq(d.Len())) // syncs write into a copy: pass 0's data stays as generated
 	if err != nil {
@@ -169,13 +169,13 @@ func seq(n int) []int {
 }
 
 // hasKey reports whether data holds key k (wide columns included).
-func hasKey(d *estimators.Rollout, k string) bool {
+func hasKey(d *rollout.Rollout, k string) bool {
 	switch k {
-	case specializations.KeyTokens:
+	case rollout.KeyTokens:
 		return d.Tokens != nil
-	case specializations.KeyLossMask:
+	case rollout.KeyLossMask:
 		return d.Mask != nil
-	case specializations.KeyRewards:
+	case rollout.KeyRewards:
 		return d.Reward != nil
 	}
 	for _, name := range []string{k, specializations.WideName(k, 0)} {
@@ -192,7 +192,7 @@ func hasKey(d *estimators.Rollout, k string) bool {
 // trainRole prepares a role's view of the data (its in-role reference's
 // log-probs, its own rollout-time outputs, advantages over the whole rollout)
 // and takes one optimizer step per mini-batch.
-func (l *loop) trainRole(r *role, d *estimators.Rollout, id int) ([]runtime.StepResult, map[string]float64, error) {
+func (l *loop) trainRole(r *role, d *rollout.Rollout, id int) ([]runtime.StepResult, map[string]float64, error) {
 	rd, err := d.Select(seq(d.Len()))
 	if err != nil {
 		return nil, nil, err
@@ -202,7 +202,7 @@ func (l *loop) trainRole(r *role, d *estimators.Rollout, id int) ([]runtime.Step
 		return l.trainFlow(r, rd, opts)
 	}
 	if r.ref != nil {
-		if err := produceInto(r.ref, rd, opts, []string{specializations.KeyLogProbs}, []string{specializations.KeyRefLogProbs}); err != nil {
+		if err := produceInto(r.ref, rd, opts, []string{rollout.KeyLogProbs}, []string{rollout.KeyRefLogProbs}); err != nil {
 			return nil, nil, fmt.Errorf("role %q reference: %w", r.name(), err)
 		}
 	}
@@ -233,14 +233,14 @@ func (l *loop) trainRole(r *role, d *estimators.Rollout, id int) ([]runtime.Step
 
 // trainFlow trains a velocity-model role: Flow-GRPO advantages over the whole
 // rollout, then one step per mini-batch.
-func (l *loop) trainFlow(r *role, rd *estimators.Rollout, opts specializations.BatchOptions) ([]runtime.StepResult, map[string]float64, error) {
+func (l *loop) trainFlow(r *role, rd *rollout.Rollout, opts specializations.BatchOptions) ([]runtime.StepResult, map[string]float64, error) {
 	var extra map[string]float64
 	if ac, ok := r.flow.spec.(specializations.AdvantageComputer); ok {
 		if _, err := ac.ComputeAdvantages(rd); err != nil {
 			return nil, nil, fmt.Errorf("role %q advantages: %w", r.name(), err)
 		}
 		extra = map[string]float64{}
-		addMoments(extra, "advantage/"+r.name(), rd.Row[estimators.KeyAdvantages], true)
+		addMoments(extra, "advantage/"+r.name(), rd.Row[rollout.KeyAdvantages], true)
 	}
 	out, err := l.stepMiniBatches(r, rd, opts, r.flow.spec.PrepareBatch, r.flow.step)
 	return out, extra, err
@@ -249,8 +249,8 @@ func (l *loop) trainFlow(r *role, rd *estimators.Rollout, opts specializations.B
 // stepMiniBatches cuts rd, in order, into the mini-batches of rowsPerStep rows (all of rd when
 // that is 0), prepares each one's micro-batches with prepare and takes one optimizer step on
 // them with step; it stops after a step whose loss or gradient is not finite.
-func (l *loop) stepMiniBatches(r *role, rd *estimators.Rollout, opts specializations.BatchOptions,
-	prepare func(*estimators.Rollout, specializations.BatchOptions) ([]map[string]*tensors.Tensor, error),
+func (l *loop) stepMiniBatches(r *role, rd *rollout.Rollout, opts specializations.BatchOptions,
+	prepare func(*rollout.Rollout, specializations.BatchOptions) ([]map[string]*tensors.Tensor, error),
 	step func([]map[string]*tensors.Tensor) (runtime.StepResult, error)) ([]runtime.StepResult, error) {
 	per := l.rowsPerStep()
 	if per <= 0 {
@@ -284,8 +284,8 @@ func (l *loop) stepMiniBatches(r *role, rd *estimators.Rollout, opts specializat
 
 // rowAdvantages is each row's advantage for the episode log: the mean over
 // its trainable tokens (outcome estimators broadcast one value to them all).
-func rowAdvantages(d *estimators.Rollout) []float64 {
-	adv, ok := d.Tok[estimators.KeyAdvantages]
+func rowAdvantages(d *rollout.Rollout) []float64 {
+	adv, ok := d.Tok[rollout.KeyAdvantages]
 	if !ok {
 		return nil
 	}

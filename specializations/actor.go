@@ -7,6 +7,7 @@ import (
 	"github.com/gomlx/gomlx/pkg/core/tensors"
 
 	"stx.dev/stx/estimators"
+	"stx.dev/stx/rollout"
 	"stx.dev/stx/runtime"
 	"stx.dev/stx/specializations/loss"
 )
@@ -82,16 +83,16 @@ func (a *Actor) estimatorConfig() estimators.Config {
 // outcome estimators. It writes data's advantages (and returns) columns and, with the KL
 // penalty, replaces data.Reward or the token_rewards column: pass a copy to keep the
 // original.
-func (a *Actor) ComputeAdvantages(data *estimators.Rollout) ([]string, error) {
+func (a *Actor) ComputeAdvantages(data *rollout.Rollout) ([]string, error) {
 	cfg := a.estimatorConfig()
 	if a.cfg.Knobs.UseKLInReward {
 		est, err := estimators.Get(cfg.Name)
 		if err != nil {
 			return nil, fmt.Errorf("actor: %w", err)
 		}
-		lp, ref := data.Tok[KeySamplerLogProbs], data.Tok[KeyRefLogProbs]
+		lp, ref := data.Tok[rollout.KeySamplerLogProbs], data.Tok[rollout.KeyRefLogProbs]
 		if lp == nil || ref == nil {
-			return nil, fmt.Errorf("actor: use_kl_in_reward needs %q and %q", KeySamplerLogProbs, KeyRefLogProbs)
+			return nil, fmt.Errorf("actor: use_kl_in_reward needs %q and %q", rollout.KeySamplerLogProbs, rollout.KeyRefLogProbs)
 		}
 		zeros := make([][]float64, data.Len())
 		for b := range zeros {
@@ -107,13 +108,13 @@ func (a *Actor) ComputeAdvantages(data *estimators.Rollout) ([]string, error) {
 				shaping[b] = make([]float32, len(row))
 				for t, v := range row {
 					old := float32(0)
-					if tr := data.Tok[estimators.KeyTokenRewards]; tr != nil {
+					if tr := data.Tok[rollout.KeyTokenRewards]; tr != nil {
 						old = tr[b][t]
 					}
 					shaping[b][t] = old + float32(v)*data.Mask[b][t]
 				}
 			}
-			data.Tok[estimators.KeyTokenRewards] = shaping
+			data.Tok[rollout.KeyTokenRewards] = shaping
 		} else {
 			rewards := make([]float64, data.Len())
 			for b, row := range pen {
@@ -134,11 +135,11 @@ func (a *Actor) ComputeAdvantages(data *estimators.Rollout) ([]string, error) {
 
 // PrepareBatch reads tokens, loss_mask, rewards (through the estimator, unless the rollout
 // already holds advantages), sampler_log_probs, ref_log_probs (KL) and values (GAE).
-func (a *Actor) PrepareBatch(data *estimators.Rollout, opts BatchOptions) ([]map[string]*tensors.Tensor, error) {
+func (a *Actor) PrepareBatch(data *rollout.Rollout, opts BatchOptions) ([]map[string]*tensors.Tensor, error) {
 	if mbs, done, err := a.frozenOrChecked(data, opts); done {
 		return mbs, err
 	}
-	if _, ok := data.Tok[estimators.KeyAdvantages]; !ok {
+	if _, ok := data.Tok[rollout.KeyAdvantages]; !ok {
 		data = shallowCopy(data)
 		if _, err := a.ComputeAdvantages(data); err != nil {
 			return nil, err
@@ -147,10 +148,10 @@ func (a *Actor) PrepareBatch(data *estimators.Rollout, opts BatchOptions) ([]map
 	k := a.cfg.Knobs
 	mbs, err := a.lmBatches(data, opts, 1, func(mb map[string]*tensors.Tensor, rows []int) error {
 		T := mb[bTokens].Shape().Dimensions[1]
-		mb[KeySamplerLogProbs] = shiftedTok(data.Tok[KeySamplerLogProbs], rows, T)
-		mb[estimators.KeyAdvantages] = shiftedTok(data.Tok[estimators.KeyAdvantages], rows, T)
+		mb[rollout.KeySamplerLogProbs] = shiftedTok(data.Tok[rollout.KeySamplerLogProbs], rows, T)
+		mb[rollout.KeyAdvantages] = shiftedTok(data.Tok[rollout.KeyAdvantages], rows, T)
 		if k.UseKLLoss {
-			mb[KeyRefLogProbs] = shiftedTok(data.Tok[KeyRefLogProbs], rows, T)
+			mb[rollout.KeyRefLogProbs] = shiftedTok(data.Tok[rollout.KeyRefLogProbs], rows, T)
 		}
 		return nil
 	})
@@ -216,9 +217,9 @@ func boundNodes(batch Batch, keys ...string) ([]*Node, error) {
 // ComputeLoss is the full actor objective.
 func (a *Actor) ComputeLoss(out Output, batch Batch, r loss.Reducer) (*Node, map[string]*Node, error) {
 	k := a.cfg.Knobs
-	lp, mask := out[KeyLogProbs], batch[bLossMask]
-	pb := loss.PolicyBatch{LogProbs: lp, OldLogProbs: batch[KeySamplerLogProbs], SamplerLogProbs: batch[KeySamplerLogProbs],
-		Advantages: batch[estimators.KeyAdvantages], Mask: mask}
+	lp, mask := out[rollout.KeyLogProbs], batch[bLossMask]
+	pb := loss.PolicyBatch{LogProbs: lp, OldLogProbs: batch[rollout.KeySamplerLogProbs], SamplerLogProbs: batch[rollout.KeySamplerLogProbs],
+		Advantages: batch[rollout.KeyAdvantages], Mask: mask}
 	var pg loss.Result
 	var err error
 	// The clip bounds are batch inputs, never the knobs this specialization was built
@@ -256,9 +257,9 @@ func (a *Actor) ComputeLoss(out Output, batch Batch, r loss.Reducer) (*Node, map
 		return nil, nil, err
 	}
 	// The entropy's gradient is scaled by its coefficient, a batch input: 0 gives none.
-	terms := loss.ActorTerms{Entropy: loss.Entropy(out[KeyLogits]), EntropyCoef: batch[bEntropyCoef]}
+	terms := loss.ActorTerms{Entropy: loss.Entropy(out[rollout.KeyLogits]), EntropyCoef: batch[bEntropyCoef]}
 	if k.UseKLLoss {
-		kl, err := loss.KL(lp, batch[KeyRefLogProbs], a.kl)
+		kl, err := loss.KL(lp, batch[rollout.KeyRefLogProbs], a.kl)
 		if err != nil {
 			return nil, nil, err
 		}

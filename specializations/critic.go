@@ -8,6 +8,7 @@ import (
 	"github.com/gomlx/gomlx/pkg/ml/context"
 
 	"stx.dev/stx/estimators"
+	"stx.dev/stx/rollout"
 	"stx.dev/stx/runtime"
 	"stx.dev/stx/specializations/loss"
 )
@@ -28,11 +29,11 @@ func NewCritic(cfg RoleConfig) (*Critic, error) {
 
 // PrepareBatch reads tokens, loss_mask, rewards and values; returns come from GAE
 // (γ, λ of the knobs) unless the rollout already holds them.
-func (c *Critic) PrepareBatch(data *estimators.Rollout, opts BatchOptions) ([]map[string]*tensors.Tensor, error) {
+func (c *Critic) PrepareBatch(data *rollout.Rollout, opts BatchOptions) ([]map[string]*tensors.Tensor, error) {
 	if mbs, done, err := c.frozenOrChecked(data, opts); done {
 		return mbs, err
 	}
-	if _, ok := data.Tok[estimators.KeyReturns]; !ok {
+	if _, ok := data.Tok[rollout.KeyReturns]; !ok {
 		data = shallowCopy(data)
 		k := c.cfg.Knobs
 		cfg := estimators.Config{Name: "gae", Gamma: k.Gamma, Lambda: k.Lambda, Epsilon: estimators.DefaultEpsilon,
@@ -43,8 +44,8 @@ func (c *Critic) PrepareBatch(data *estimators.Rollout, opts BatchOptions) ([]ma
 	}
 	return c.lmBatches(data, opts, 1, func(mb map[string]*tensors.Tensor, rows []int) error {
 		T := mb[bTokens].Shape().Dimensions[1]
-		mb[KeyValues] = shiftedTok(data.Tok[KeyValues], rows, T)
-		mb[estimators.KeyReturns] = shiftedTok(data.Tok[estimators.KeyReturns], rows, T)
+		mb[rollout.KeyValues] = shiftedTok(data.Tok[rollout.KeyValues], rows, T)
+		mb[rollout.KeyReturns] = shiftedTok(data.Tok[rollout.KeyReturns], rows, T)
 		return nil
 	})
 }
@@ -63,12 +64,12 @@ func (c *Critic) ExtractModelOutput(ctx *context.Context, m *runtime.Model, batc
 	if err != nil {
 		return nil, fmt.Errorf("critic: %w", err)
 	}
-	return Output{KeyValues: v}, nil
+	return Output{rollout.KeyValues: v}, nil
 }
 
 // ComputeLoss is PPO's clipped value loss (ε_v = cliprange_value).
 func (c *Critic) ComputeLoss(out Output, batch Batch, r loss.Reducer) (*Node, map[string]*Node, error) {
-	res, err := loss.ValueLoss(out[KeyValues], batch[KeyValues], batch[estimators.KeyReturns], batch[bLossMask],
+	res, err := loss.ValueLoss(out[rollout.KeyValues], batch[rollout.KeyValues], batch[rollout.KeyReturns], batch[bLossMask],
 		loss.ValueConfig{ClipRange: c.cfg.Knobs.ClipRangeValue}, r)
 	if err != nil {
 		return nil, nil, err
@@ -86,6 +87,6 @@ func (c *Critic) Produce() runtime.OutputFn {
 		if err != nil {
 			panic(fmt.Errorf("critic: %w", err))
 		}
-		return map[string]*Node{KeyValues: v}
+		return map[string]*Node{rollout.KeyValues: v}
 	}
 }

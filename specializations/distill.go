@@ -8,7 +8,7 @@ import (
 	"github.com/gomlx/gomlx/pkg/core/tensors"
 	"github.com/gomlx/gomlx/pkg/ml/context"
 
-	"stx.dev/stx/estimators"
+	"stx.dev/stx/rollout"
 	"stx.dev/stx/runtime"
 	"stx.dev/stx/specializations/loss"
 )
@@ -38,12 +38,12 @@ const (
 )
 
 // PrepareBatch reads tokens, loss_mask, sampler_log_probs and teacher_log_probs.
-func (s *OPD) PrepareBatch(data *estimators.Rollout, opts BatchOptions) ([]map[string]*tensors.Tensor, error) {
+func (s *OPD) PrepareBatch(data *rollout.Rollout, opts BatchOptions) ([]map[string]*tensors.Tensor, error) {
 	if mbs, done, err := s.frozenOrChecked(data, opts); done {
 		return mbs, err
 	}
 	k := s.cfg.Knobs
-	adv, err := loss.OPDAdvantages(tokToFloat64(data.Tok[KeyTeacherLogProbs]), tokToFloat64(data.Tok[KeySamplerLogProbs]),
+	adv, err := loss.OPDAdvantages(tokToFloat64(data.Tok[rollout.KeyTeacherLogProbs]), tokToFloat64(data.Tok[rollout.KeySamplerLogProbs]),
 		tokToFloat64(data.Mask), nil, loss.OPDConfig{KLCoef: k.KLPenaltyCoef, Discount: k.KLDiscountFactor})
 	if err != nil {
 		return nil, fmt.Errorf("opd: %w", err)
@@ -57,9 +57,9 @@ func (s *OPD) PrepareBatch(data *estimators.Rollout, opts BatchOptions) ([]map[s
 	}
 	return s.lmBatches(data, opts, 1, func(mb map[string]*tensors.Tensor, rows []int) error {
 		T := mb[bTokens].Shape().Dimensions[1]
-		mb[KeySamplerLogProbs] = shiftedTok(data.Tok[KeySamplerLogProbs], rows, T)
-		mb[KeyTeacherLogProbs] = shiftedTok(data.Tok[KeyTeacherLogProbs], rows, T)
-		mb[estimators.KeyAdvantages] = shiftedTok(adv32, rows, T)
+		mb[rollout.KeySamplerLogProbs] = shiftedTok(data.Tok[rollout.KeySamplerLogProbs], rows, T)
+		mb[rollout.KeyTeacherLogProbs] = shiftedTok(data.Tok[rollout.KeyTeacherLogProbs], rows, T)
+		mb[rollout.KeyAdvantages] = shiftedTok(adv32, rows, T)
 		return nil
 	})
 }
@@ -67,12 +67,12 @@ func (s *OPD) PrepareBatch(data *estimators.Rollout, opts BatchOptions) ([]map[s
 // ComputeLoss is importance_sampling on the OPD advantages.
 func (s *OPD) ComputeLoss(out Output, batch Batch, r loss.Reducer) (*Node, map[string]*Node, error) {
 	mask := batch[bLossMask]
-	res, err := loss.ImportanceSampling(loss.PolicyBatch{LogProbs: out[KeyLogProbs], SamplerLogProbs: batch[KeySamplerLogProbs],
-		Advantages: batch[estimators.KeyAdvantages], Mask: mask}, 0, r)
+	res, err := loss.ImportanceSampling(loss.PolicyBatch{LogProbs: out[rollout.KeyLogProbs], SamplerLogProbs: batch[rollout.KeySamplerLogProbs],
+		Advantages: batch[rollout.KeyAdvantages], Mask: mask}, 0, r)
 	if err != nil {
 		return nil, nil, err
 	}
-	gap := Mul(Sub(batch[KeySamplerLogProbs], batch[KeyTeacherLogProbs]), mask)
+	gap := Mul(Sub(batch[rollout.KeySamplerLogProbs], batch[rollout.KeyTeacherLogProbs]), mask)
 	n := tokenCount(batch)
 	res.Metrics["teacher_kl"] = Div(ReduceAllSum(gap), Max(n, OnesLike(n)))
 	return res.Loss, res.Metrics, nil
@@ -104,19 +104,19 @@ func NewGKD(cfg RoleConfig) (*GKD, error) {
 }
 
 // PrepareBatch reads tokens, loss_mask and teacher_logits.
-func (s *GKD) PrepareBatch(data *estimators.Rollout, opts BatchOptions) ([]map[string]*tensors.Tensor, error) {
+func (s *GKD) PrepareBatch(data *rollout.Rollout, opts BatchOptions) ([]map[string]*tensors.Tensor, error) {
 	if mbs, done, err := s.frozenOrChecked(data, opts); done {
 		return mbs, err
 	}
 	return s.lmBatches(data, opts, 1, func(mb map[string]*tensors.Tensor, rows []int) error {
-		mb[KeyTeacherLogits] = shiftedWide(data, KeyTeacherLogits, rows, mb[bTokens].Shape().Dimensions[1])
+		mb[rollout.KeyTeacherLogits] = shiftedWide(data, rollout.KeyTeacherLogits, rows, mb[bTokens].Shape().Dimensions[1])
 		return nil
 	})
 }
 
 // ComputeLoss is GKD's generalized JSD.
 func (s *GKD) ComputeLoss(out Output, batch Batch, r loss.Reducer) (*Node, map[string]*Node, error) {
-	logits, teacher := out[KeyLogits], batch[KeyTeacherLogits]
+	logits, teacher := out[rollout.KeyLogits], batch[rollout.KeyTeacherLogits]
 	if !logits.Shape().Equal(teacher.Shape()) {
 		return nil, nil, fmt.Errorf("gkd: student logits %s and teacher logits %s differ (same vocabulary needed)",
 			logits.Shape(), teacher.Shape())
@@ -136,7 +136,7 @@ func (s *GKD) Loss() runtime.LossFn { return lossFn(s) }
 func (s *GKD) Produce() runtime.OutputFn {
 	return func(ctx *context.Context, m *runtime.Model, batch map[string]*Node) map[string]*Node {
 		logits, lp := forward(ctx, m, batch)
-		return map[string]*Node{KeyLogProbs: lp, KeyLogits: logits}
+		return map[string]*Node{rollout.KeyLogProbs: lp, rollout.KeyLogits: logits}
 	}
 }
 
@@ -153,12 +153,12 @@ func NewDAgger(cfg RoleConfig) (*DAgger, error) {
 }
 
 // PrepareBatch reads tokens, loss_mask and teacher_actions.
-func (s *DAgger) PrepareBatch(data *estimators.Rollout, opts BatchOptions) ([]map[string]*tensors.Tensor, error) {
+func (s *DAgger) PrepareBatch(data *rollout.Rollout, opts BatchOptions) ([]map[string]*tensors.Tensor, error) {
 	if mbs, done, err := s.frozenOrChecked(data, opts); done {
 		return mbs, err
 	}
 	return s.lmBatches(data, opts, 1, func(mb map[string]*tensors.Tensor, rows []int) error {
-		mb[bTeacherIDs] = shiftedIDs(data.Tok[KeyTeacherActions], rows, mb[bTokens].Shape().Dimensions[1], opts.Pad)
+		mb[bTeacherIDs] = shiftedIDs(data.Tok[rollout.KeyTeacherActions], rows, mb[bTokens].Shape().Dimensions[1], opts.Pad)
 		return nil
 	})
 }
@@ -166,12 +166,12 @@ func (s *DAgger) PrepareBatch(data *estimators.Rollout, opts BatchOptions) ([]ma
 // ExtractModelOutput is the log-probs of the teacher's labels.
 func (s *DAgger) ExtractModelOutput(ctx *context.Context, m *runtime.Model, batch Batch) (Output, error) {
 	logits := m.Logits(ctx, m.Forward(ctx, batch[bTokens]))
-	return Output{KeyLogProbs: runtime.LogProbs(logits, batch[bTeacherIDs])}, nil
+	return Output{rollout.KeyLogProbs: runtime.LogProbs(logits, batch[bTeacherIDs])}, nil
 }
 
 // ComputeLoss is the SFT cross-entropy on the teacher's labels.
 func (s *DAgger) ComputeLoss(out Output, batch Batch, r loss.Reducer) (*Node, map[string]*Node, error) {
-	res, err := loss.SFT(out[KeyLogProbs], batch[bLossMask], r)
+	res, err := loss.SFT(out[rollout.KeyLogProbs], batch[bLossMask], r)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -185,7 +185,7 @@ func (s *DAgger) Loss() runtime.LossFn { return lossFn(s) }
 func (s *DAgger) Produce() runtime.OutputFn {
 	return func(ctx *context.Context, m *runtime.Model, batch map[string]*Node) map[string]*Node {
 		logits, lp := forward(ctx, m, batch)
-		return map[string]*Node{KeyLogProbs: lp, KeyActions: ConvertDType(ArgMax(logits, -1), dtypes.Float32)}
+		return map[string]*Node{rollout.KeyLogProbs: lp, rollout.KeyActions: ConvertDType(ArgMax(logits, -1), dtypes.Float32)}
 	}
 }
 
@@ -206,7 +206,7 @@ func NewAggreVaTe(cfg RoleConfig) (*AggreVaTe, error) {
 }
 
 // PrepareBatch reads tokens, loss_mask and rewards.
-func (s *AggreVaTe) PrepareBatch(data *estimators.Rollout, opts BatchOptions) ([]map[string]*tensors.Tensor, error) {
+func (s *AggreVaTe) PrepareBatch(data *rollout.Rollout, opts BatchOptions) ([]map[string]*tensors.Tensor, error) {
 	if mbs, done, err := s.frozenOrChecked(data, opts); done {
 		return mbs, err
 	}
@@ -248,7 +248,7 @@ func (s *AggreVaTe) PrepareBatch(data *estimators.Rollout, opts BatchOptions) ([
 // ComputeLoss is AggreVaTe's surrogate.
 func (s *AggreVaTe) ComputeLoss(out Output, batch Batch, r loss.Reducer) (*Node, map[string]*Node, error) {
 	K := s.cfg.Knobs.AggrevateCandidates
-	lp := out[KeyLogProbs]
+	lp := out[rollout.KeyLogProbs]
 	d := lp.Shape().Dimensions
 	S, T := d[0]/K, d[1]
 	costs := Reshape(ConvertDType(batch[bCosts], lp.DType()), S, K)
@@ -278,7 +278,7 @@ func NewMixedDaggerOPD(cfg RoleConfig) (*MixedDaggerOPD, error) {
 
 // PrepareBatch reads tokens, loss_mask, executed_by and teacher_log_probs; β is that of
 // opts.Rollout.
-func (s *MixedDaggerOPD) PrepareBatch(data *estimators.Rollout, opts BatchOptions) ([]map[string]*tensors.Tensor, error) {
+func (s *MixedDaggerOPD) PrepareBatch(data *rollout.Rollout, opts BatchOptions) ([]map[string]*tensors.Tensor, error) {
 	if mbs, done, err := s.frozenOrChecked(data, opts); done {
 		return mbs, err
 	}
@@ -287,7 +287,7 @@ func (s *MixedDaggerOPD) PrepareBatch(data *estimators.Rollout, opts BatchOption
 	if err != nil {
 		return nil, fmt.Errorf("mixed_loss_dagger_opd: %w", err)
 	}
-	exec := data.Row[KeyExecutedBy]
+	exec := data.Row[rollout.KeyExecutedBy]
 	split := func(teacher bool) [][]float32 {
 		out := make([][]float32, data.Len())
 		for b, m := range data.Mask {
@@ -303,7 +303,7 @@ func (s *MixedDaggerOPD) PrepareBatch(data *estimators.Rollout, opts BatchOption
 		T := mb[bTokens].Shape().Dimensions[1]
 		mb[bTeacherMask] = shiftedTok(tm, rows, T)
 		mb[bStudentMask] = shiftedTok(sm, rows, T)
-		mb[KeyTeacherLogProbs] = shiftedTok(data.Tok[KeyTeacherLogProbs], rows, T)
+		mb[rollout.KeyTeacherLogProbs] = shiftedTok(data.Tok[rollout.KeyTeacherLogProbs], rows, T)
 		return nil
 	})
 	if err != nil {
@@ -318,10 +318,10 @@ func (s *MixedDaggerOPD) PrepareBatch(data *estimators.Rollout, opts BatchOption
 
 // ComputeLoss is the β-blend of CE and K3.
 func (s *MixedDaggerOPD) ComputeLoss(out Output, batch Batch, _ loss.Reducer) (*Node, map[string]*Node, error) {
-	lp := out[KeyLogProbs]
+	lp := out[rollout.KeyLogProbs]
 	res, err := loss.MixedCEK3(loss.MixedBatch{
 		StudentOnTeacher: lp, TeacherMask: batch[bTeacherMask],
-		StudentOnStudent: lp, TeacherOnStudent: batch[KeyTeacherLogProbs], StudentMask: batch[bStudentMask],
+		StudentOnStudent: lp, TeacherOnStudent: batch[rollout.KeyTeacherLogProbs], StudentMask: batch[bStudentMask],
 		TeacherTokens: batch[bTeacherTokens], StudentTokens: batch[bStudentTokens],
 	}, batch[bBeta], loss.MixedCEK3Config{K3Grad: loss.GradForm(s.cfg.Knobs.K3Grad)})
 	if err != nil {

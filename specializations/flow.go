@@ -9,7 +9,7 @@ import (
 	"github.com/gomlx/gomlx/pkg/core/tensors"
 	"github.com/gomlx/gomlx/pkg/ml/context"
 
-	"stx.dev/stx/estimators"
+	"stx.dev/stx/rollout"
 	"stx.dev/stx/runtime"
 	"stx.dev/stx/specializations/loss"
 	"stx.dev/stx/specializations/velocity"
@@ -49,7 +49,7 @@ func (b flowBase) Contract() Contract { return b.contract }
 func (b flowBase) Reducer(Batch) loss.Reducer { return loss.Reducer{Mode: loss.AggTokenMean} }
 
 // rowVectors reads the wide per-row column key for rows as a flat [len(rows)·D] slice.
-func rowVectors(data *estimators.Rollout, key string, rows []int, from, dim int) []float32 {
+func rowVectors(data *rollout.Rollout, key string, rows []int, from, dim int) []float32 {
 	out := make([]float32, len(rows)*dim)
 	for c := range dim {
 		col := data.Row[WideName(key, from+c)]
@@ -80,11 +80,11 @@ func NewFlowMatching(cfg RoleConfig) (*FlowMatching, error) {
 }
 
 // PrepareBatch reads samples.
-func (s *FlowMatching) PrepareBatch(data *estimators.Rollout, opts BatchOptions) ([]map[string]*tensors.Tensor, error) {
+func (s *FlowMatching) PrepareBatch(data *rollout.Rollout, opts BatchOptions) ([]map[string]*tensors.Tensor, error) {
 	if err := requireKeys(s.contract.Name, data, s.contract.Requires(s.cfg)); err != nil {
 		return nil, err
 	}
-	D, n := wideDim(data.Row, KeySamples), data.Len()
+	D, n := wideDim(data.Row, rollout.KeySamples), data.Len()
 	rng := rand.New(rand.NewPCG(opts.Seed, uint64(opts.Rollout)))
 	noise := make([]float32, n*D)
 	sigma := make([]float64, n)
@@ -102,7 +102,7 @@ func (s *FlowMatching) PrepareBatch(data *estimators.Rollout, opts BatchOptions)
 	for _, c := range chunks(n, opts.MicroBatchSize) {
 		rows := span(c[0], c[1])
 		mbs = append(mbs, map[string]*tensors.Tensor{
-			bX:     tensors.FromFlatDataAndDimensions(rowVectors(data, KeySamples, rows, 0, D), len(rows), D),
+			bX:     tensors.FromFlatDataAndDimensions(rowVectors(data, rollout.KeySamples, rows, 0, D), len(rows), D),
 			bNoise: tensors.FromFlatDataAndDimensions(noise[c[0]*D:c[1]*D], len(rows), D),
 			bSigma: rowValues(sigma, rows),
 		})
@@ -117,12 +117,12 @@ func (s *FlowMatching) ExtractModelOutput(ctx *context.Context, m *velocity.Mode
 	if err != nil {
 		return nil, err
 	}
-	return Output{KeyVelocity: m.Forward(ctx, xs, batch[bSigma]), "target": u}, nil
+	return Output{rollout.KeyVelocity: m.Forward(ctx, xs, batch[bSigma]), "target": u}, nil
 }
 
 // ComputeLoss is the rectified-flow velocity loss.
 func (s *FlowMatching) ComputeLoss(out Output, batch Batch, _ loss.Reducer) (*Node, map[string]*Node, error) {
-	res, err := loss.RectifiedFlowLoss(out[KeyVelocity], out["target"], batch[bCount])
+	res, err := loss.RectifiedFlowLoss(out[rollout.KeyVelocity], out["target"], batch[bCount])
 	if err != nil {
 		return nil, nil, err
 	}
@@ -139,7 +139,7 @@ func (s *FlowMatching) Produce() velocity.OutputFn {
 		if err != nil {
 			panic(err)
 		}
-		return map[string]*Node{KeyVelocity: out[KeyVelocity]}
+		return map[string]*Node{rollout.KeyVelocity: out[rollout.KeyVelocity]}
 	}
 }
 
@@ -177,9 +177,9 @@ func NewFlowActor(cfg RoleConfig) (*FlowActor, error) {
 
 // ComputeAdvantages sets Row["advantages"]: Flow-GRPO's group-normalised, clipped rewards
 // (groups by GroupID, trajectories by Traj; population std as flow_grpo's numpy).
-func (s *FlowActor) ComputeAdvantages(data *estimators.Rollout) ([]string, error) {
+func (s *FlowActor) ComputeAdvantages(data *rollout.Rollout) ([]string, error) {
 	if data.Reward == nil {
-		return nil, fmt.Errorf("flow_actor: the rollout has no %q column", KeyRewards)
+		return nil, fmt.Errorf("flow_actor: the rollout has no %q column", rollout.KeyRewards)
 	}
 	n := data.Len()
 	group := func(i int) string {
@@ -219,12 +219,12 @@ func (s *FlowActor) ComputeAdvantages(data *estimators.Rollout) ([]string, error
 		std := math.Sqrt(math.Max(st.sq/st.n-mean*mean, 0))
 		adv[i] = math.Max(-5, math.Min(5, (data.Reward[i]-mean)/(std+1e-4)))
 	}
-	return nil, data.SetRow(estimators.KeyAdvantages, adv)
+	return nil, data.SetRow(rollout.KeyAdvantages, adv)
 }
 
 // PrepareBatch reads trajectories, rewards (through ComputeAdvantages, unless the rollout
 // already holds advantages) and sampler_log_probs.
-func (s *FlowActor) PrepareBatch(data *estimators.Rollout, opts BatchOptions) ([]map[string]*tensors.Tensor, error) {
+func (s *FlowActor) PrepareBatch(data *rollout.Rollout, opts BatchOptions) ([]map[string]*tensors.Tensor, error) {
 	if err := requireKeys(s.contract.Name, data, s.contract.Requires(s.cfg)); err != nil {
 		return nil, err
 	}
@@ -232,14 +232,14 @@ func (s *FlowActor) PrepareBatch(data *estimators.Rollout, opts BatchOptions) ([
 }
 
 // batches cuts the transitions into micro-batches; trainable adds the PPO inputs.
-func (s *FlowActor) batches(data *estimators.Rollout, opts BatchOptions, trainable bool) ([]map[string]*tensors.Tensor, error) {
-	W := wideDim(data.Row, KeyTrajectories)
+func (s *FlowActor) batches(data *rollout.Rollout, opts BatchOptions, trainable bool) ([]map[string]*tensors.Tensor, error) {
+	W := wideDim(data.Row, rollout.KeyTrajectories)
 	if W < 4 || W%2 != 0 {
 		return nil, fmt.Errorf("flow_actor: trajectories have %d components, want 2·D + 2", W)
 	}
 	D := (W - 2) / 2
 	if trainable {
-		if _, ok := data.Row[estimators.KeyAdvantages]; !ok {
+		if _, ok := data.Row[rollout.KeyAdvantages]; !ok {
 			data = shallowCopy(data)
 			if _, err := s.ComputeAdvantages(data); err != nil {
 				return nil, err
@@ -251,14 +251,14 @@ func (s *FlowActor) batches(data *estimators.Rollout, opts BatchOptions, trainab
 		rows := span(c[0], c[1])
 		R := len(rows)
 		mb := map[string]*tensors.Tensor{
-			bX:         tensors.FromFlatDataAndDimensions(rowVectors(data, KeyTrajectories, rows, 0, D), R, D),
-			bXNext:     tensors.FromFlatDataAndDimensions(rowVectors(data, KeyTrajectories, rows, D, D), R, D),
-			bSigma:     tensors.FromFlatDataAndDimensions(rowVectors(data, KeyTrajectories, rows, 2*D, 1), R),
-			bSigmaNext: tensors.FromFlatDataAndDimensions(rowVectors(data, KeyTrajectories, rows, 2*D+1, 1), R),
+			bX:         tensors.FromFlatDataAndDimensions(rowVectors(data, rollout.KeyTrajectories, rows, 0, D), R, D),
+			bXNext:     tensors.FromFlatDataAndDimensions(rowVectors(data, rollout.KeyTrajectories, rows, D, D), R, D),
+			bSigma:     tensors.FromFlatDataAndDimensions(rowVectors(data, rollout.KeyTrajectories, rows, 2*D, 1), R),
+			bSigmaNext: tensors.FromFlatDataAndDimensions(rowVectors(data, rollout.KeyTrajectories, rows, 2*D+1, 1), R),
 		}
 		if trainable {
-			mb[bOldLogp] = rowValues(data.Row[KeySamplerLogProbs], rows)
-			mb[bAdv] = rowValues(data.Row[estimators.KeyAdvantages], rows)
+			mb[bOldLogp] = rowValues(data.Row[rollout.KeySamplerLogProbs], rows)
+			mb[bAdv] = rowValues(data.Row[rollout.KeyAdvantages], rows)
 		}
 		mbs = append(mbs, mb)
 	}
@@ -283,13 +283,13 @@ func (s *FlowActor) ExtractModelOutput(ctx *context.Context, m *velocity.Model, 
 	if err != nil {
 		return nil, err
 	}
-	return Output{KeyStepLogProbs: lp}, nil
+	return Output{rollout.KeyStepLogProbs: lp}, nil
 }
 
 // ComputeLoss is Flow-GRPO's clipped policy loss.
 func (s *FlowActor) ComputeLoss(out Output, batch Batch, _ loss.Reducer) (*Node, map[string]*Node, error) {
 	eps := s.cfg.Knobs.FlowClipEps
-	res, err := loss.FlowGRPOLoss(out[KeyStepLogProbs], batch[bOldLogp], batch[bAdv], batch[bCount],
+	res, err := loss.FlowGRPOLoss(out[rollout.KeyStepLogProbs], batch[bOldLogp], batch[bAdv], batch[bCount],
 		loss.PPOConfig{EpsLow: eps, EpsHigh: eps})
 	if err != nil {
 		return nil, nil, err
@@ -307,7 +307,7 @@ func (s *FlowActor) Produce() velocity.OutputFn {
 		if err != nil {
 			panic(err)
 		}
-		return map[string]*Node{KeyStepLogProbs: lp}
+		return map[string]*Node{rollout.KeyStepLogProbs: lp}
 	}
 }
 
@@ -329,13 +329,13 @@ func NewFlowProducer(backend *runtime.Backend, spec Flow, m *velocity.Model) (*F
 
 // Produce computes the produced keys for every row of data and stores them under
 // rename[key] when set: one value per row in data.Row, vectors as wide Row columns.
-func (p *FlowProducer) Produce(data *estimators.Rollout, opts BatchOptions, rename map[string]string) error {
+func (p *FlowProducer) Produce(data *rollout.Rollout, opts BatchOptions, rename map[string]string) error {
 	name := p.spec.Contract().Name
 	var mbs []map[string]*tensors.Tensor
 	var err error
 	switch s := p.spec.(type) {
 	case *FlowActor:
-		if err = requireKeys(name, data, []string{KeyTrajectories}); err == nil {
+		if err = requireKeys(name, data, []string{rollout.KeyTrajectories}); err == nil {
 			mbs, err = s.batches(data, opts, false)
 		}
 	default:

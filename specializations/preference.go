@@ -7,7 +7,7 @@ import (
 	"github.com/gomlx/gomlx/pkg/core/tensors"
 	"github.com/gomlx/gomlx/pkg/ml/context"
 
-	"stx.dev/stx/estimators"
+	"stx.dev/stx/rollout"
 	"stx.dev/stx/runtime"
 	"stx.dev/stx/specializations/loss"
 )
@@ -47,11 +47,11 @@ func NewPairwise(name string, cfg RoleConfig) (*Pairwise, error) {
 }
 
 // checkPairs verifies that rows form (chosen, rejected) pairs.
-func checkPairs(name string, data *estimators.Rollout) error {
+func checkPairs(name string, data *rollout.Rollout) error {
 	if data.Len()%2 != 0 {
 		return fmt.Errorf("%s: %d rows do not form pairs", name, data.Len())
 	}
-	ch := data.Row[KeyChosen]
+	ch := data.Row[rollout.KeyChosen]
 	for i := 0; i < len(ch); i += 2 {
 		if !((ch[i] == 1 && ch[i+1] == 0) || (ch[i] == 0 && ch[i+1] == 1)) {
 			return fmt.Errorf("%s: rows %d and %d are not a chosen/rejected pair (chosen = %g, %g)", name, i, i+1, ch[i], ch[i+1])
@@ -62,7 +62,7 @@ func checkPairs(name string, data *estimators.Rollout) error {
 
 // pairBatches are the micro-batches of preference pairs: forward keys, chosen flags, the
 // pair count, and the per-token keys listed in tok (e.g. ref_log_probs).
-func (b lmBase) pairBatches(data *estimators.Rollout, opts BatchOptions, tok ...string) ([]map[string]*tensors.Tensor, error) {
+func (b lmBase) pairBatches(data *rollout.Rollout, opts BatchOptions, tok ...string) ([]map[string]*tensors.Tensor, error) {
 	if err := b.requires(data); err != nil {
 		return nil, err
 	}
@@ -71,7 +71,7 @@ func (b lmBase) pairBatches(data *estimators.Rollout, opts BatchOptions, tok ...
 	}
 	mbs, err := b.lmBatches(data, opts, 2, func(mb map[string]*tensors.Tensor, rows []int) error {
 		T := mb[bTokens].Shape().Dimensions[1]
-		mb[KeyChosen] = rowValues(data.Row[KeyChosen], rows)
+		mb[rollout.KeyChosen] = rowValues(data.Row[rollout.KeyChosen], rows)
 		for _, k := range tok {
 			mb[k] = shiftedTok(data.Tok[k], rows, T)
 		}
@@ -82,12 +82,12 @@ func (b lmBase) pairBatches(data *estimators.Rollout, opts BatchOptions, tok ...
 }
 
 // PrepareBatch reads tokens, loss_mask, chosen and (dpo) ref_log_probs.
-func (p *Pairwise) PrepareBatch(data *estimators.Rollout, opts BatchOptions) ([]map[string]*tensors.Tensor, error) {
+func (p *Pairwise) PrepareBatch(data *rollout.Rollout, opts BatchOptions) ([]map[string]*tensors.Tensor, error) {
 	if !p.cfg.Role.Trainable {
 		return p.forwardBatches(data, opts, 1)
 	}
 	if p.contract.Name == "dpo" {
-		return p.pairBatches(data, opts, KeyRefLogProbs)
+		return p.pairBatches(data, opts, rollout.KeyRefLogProbs)
 	}
 	return p.pairBatches(data, opts)
 }
@@ -109,14 +109,14 @@ func pairBatch(lp *Node, batch Batch, withRef bool) (loss.PairBatch, error) {
 		return loss.PairBatch{}, err
 	}
 	pb := loss.PairBatch{Count: batch[bCount]}
-	pb.PolicyChosen, pb.PolicyRejected = splitPairs(sum, batch[KeyChosen])
-	pb.ChosenLengths, pb.RejectedLengths = splitPairs(n, batch[KeyChosen])
+	pb.PolicyChosen, pb.PolicyRejected = splitPairs(sum, batch[rollout.KeyChosen])
+	pb.ChosenLengths, pb.RejectedLengths = splitPairs(n, batch[rollout.KeyChosen])
 	if withRef {
-		ref, _, err := loss.SequenceLogProbs(batch[KeyRefLogProbs], batch[bLossMask])
+		ref, _, err := loss.SequenceLogProbs(batch[rollout.KeyRefLogProbs], batch[bLossMask])
 		if err != nil {
 			return loss.PairBatch{}, err
 		}
-		pb.RefChosen, pb.RefRejected = splitPairs(ref, batch[KeyChosen])
+		pb.RefChosen, pb.RefRejected = splitPairs(ref, batch[rollout.KeyChosen])
 	}
 	return pb, nil
 }
@@ -124,7 +124,7 @@ func pairBatch(lp *Node, batch Batch, withRef bool) (loss.PairBatch, error) {
 // ComputeLoss is the specialization's preference loss.
 func (p *Pairwise) ComputeLoss(out Output, batch Batch, _ loss.Reducer) (*Node, map[string]*Node, error) {
 	k := p.cfg.Knobs
-	pb, err := pairBatch(out[KeyLogProbs], batch, p.contract.Name == "dpo")
+	pb, err := pairBatch(out[rollout.KeyLogProbs], batch, p.contract.Name == "dpo")
 	if err != nil {
 		return nil, nil, err
 	}
@@ -163,20 +163,20 @@ func NewKTO(cfg RoleConfig) (*KTO, error) {
 }
 
 // PrepareBatch reads tokens, loss_mask, label and ref_log_probs.
-func (s *KTO) PrepareBatch(data *estimators.Rollout, opts BatchOptions) ([]map[string]*tensors.Tensor, error) {
+func (s *KTO) PrepareBatch(data *rollout.Rollout, opts BatchOptions) ([]map[string]*tensors.Tensor, error) {
 	if mbs, done, err := s.frozenOrChecked(data, opts); done {
 		return mbs, err
 	}
 	examples := 0
-	for _, l := range data.Row[KeyLabel] {
+	for _, l := range data.Row[rollout.KeyLabel] {
 		if l >= 0 {
 			examples++
 		}
 	}
 	mbs, err := s.lmBatches(data, opts, 1, func(mb map[string]*tensors.Tensor, rows []int) error {
 		T := mb[bTokens].Shape().Dimensions[1]
-		mb[KeyLabel] = rowValues(data.Row[KeyLabel], rows)
-		mb[KeyRefLogProbs] = shiftedTok(data.Tok[KeyRefLogProbs], rows, T)
+		mb[rollout.KeyLabel] = rowValues(data.Row[rollout.KeyLabel], rows)
+		mb[rollout.KeyRefLogProbs] = shiftedTok(data.Tok[rollout.KeyRefLogProbs], rows, T)
 		return nil
 	})
 	setScalar(mbs, bCount, float64(examples))
@@ -186,15 +186,15 @@ func (s *KTO) PrepareBatch(data *estimators.Rollout, opts BatchOptions) ([]map[s
 // ComputeLoss is the KTO loss: mean over the examples of the mini-batch.
 func (s *KTO) ComputeLoss(out Output, batch Batch, _ loss.Reducer) (*Node, map[string]*Node, error) {
 	k := s.cfg.Knobs
-	p, _, err := loss.SequenceLogProbs(out[KeyLogProbs], batch[bLossMask])
+	p, _, err := loss.SequenceLogProbs(out[rollout.KeyLogProbs], batch[bLossMask])
 	if err != nil {
 		return nil, nil, err
 	}
-	ref, _, err := loss.SequenceLogProbs(batch[KeyRefLogProbs], batch[bLossMask])
+	ref, _, err := loss.SequenceLogProbs(batch[rollout.KeyRefLogProbs], batch[bLossMask])
 	if err != nil {
 		return nil, nil, err
 	}
-	label := ConvertDType(batch[KeyLabel], p.DType())
+	label := ConvertDType(batch[rollout.KeyLabel], p.DType())
 	zero := ZerosLike(label)
 	isKL := StopGradient(Where(LessThan(label, zero), OnesLike(label), zero))
 	isExample := OneMinus(isKL)
@@ -227,12 +227,12 @@ func (s *KTO) Loss() runtime.LossFn { return lossFn(s) }
 // shift by one), label −1, loss mask 1 on the completion. Call it before the reference
 // role produces ref_log_probs. Per-token columns other than the mask are zero on the new
 // rows and per-row columns are 0; string columns copy the prompt's row.
-func AddKTOMismatched(data *estimators.Rollout) (*estimators.Rollout, error) {
-	if data.PromptLen == nil || data.Mask == nil || data.Row[KeyLabel] == nil {
+func AddKTOMismatched(data *rollout.Rollout) (*rollout.Rollout, error) {
+	if data.PromptLen == nil || data.Mask == nil || data.Row[rollout.KeyLabel] == nil {
 		return nil, fmt.Errorf("kto mismatched rows: need prompt_len, loss_mask and label columns")
 	}
 	var ex []int
-	for i, l := range data.Row[KeyLabel] {
+	for i, l := range data.Row[rollout.KeyLabel] {
 		if l >= 0 {
 			ex = append(ex, i)
 		}
@@ -241,7 +241,7 @@ func AddKTOMismatched(data *estimators.Rollout) (*estimators.Rollout, error) {
 		return nil, fmt.Errorf("kto mismatched rows: need at least two labelled examples, have %d", len(ex))
 	}
 	out := shallowCopy(data)
-	add := &estimators.Rollout{}
+	add := &rollout.Rollout{}
 	for j, i := range ex {
 		o := ex[(j+1)%len(ex)]
 		p, po := data.PromptLen[i], data.PromptLen[o]
@@ -282,7 +282,7 @@ func AddKTOMismatched(data *estimators.Rollout) (*estimators.Rollout, error) {
 		c := append([]float64{}, col...)
 		for range add.Tokens {
 			v := 0.0
-			if k == KeyLabel {
+			if k == rollout.KeyLabel {
 				v = -1
 			}
 			c = append(c, v)
@@ -308,7 +308,7 @@ func NewRewardModel(cfg RoleConfig) (*RewardModel, error) {
 }
 
 // PrepareBatch reads tokens, loss_mask and chosen.
-func (s *RewardModel) PrepareBatch(data *estimators.Rollout, opts BatchOptions) ([]map[string]*tensors.Tensor, error) {
+func (s *RewardModel) PrepareBatch(data *rollout.Rollout, opts BatchOptions) ([]map[string]*tensors.Tensor, error) {
 	if !s.cfg.Role.Trainable {
 		return s.forwardBatches(data, opts, 1)
 	}
@@ -330,12 +330,12 @@ func (s *RewardModel) ExtractModelOutput(ctx *context.Context, m *runtime.Model,
 	if err != nil {
 		return nil, fmt.Errorf("reward_model: %w", err)
 	}
-	return Output{KeyRewards: r}, nil
+	return Output{rollout.KeyRewards: r}, nil
 }
 
 // ComputeLoss is the Bradley–Terry loss with margin rm_margin and center_rewards_coef.
 func (s *RewardModel) ComputeLoss(out Output, batch Batch, _ loss.Reducer) (*Node, map[string]*Node, error) {
-	rc, rr := splitPairs(out[KeyRewards], batch[KeyChosen])
+	rc, rr := splitPairs(out[rollout.KeyRewards], batch[rollout.KeyChosen])
 	b := loss.RewardPairBatch{Chosen: rc, Rejected: rr, Count: batch[bCount]}
 	if m := s.cfg.Knobs.RMMargin; m != 0 {
 		b.Margin = AddScalar(ZerosLike(rc), m)
@@ -357,6 +357,6 @@ func (s *RewardModel) Produce() runtime.OutputFn {
 		if err != nil {
 			panic(fmt.Errorf("reward_model: %w", err))
 		}
-		return map[string]*Node{KeyRewards: r}
+		return map[string]*Node{rollout.KeyRewards: r}
 	}
 }

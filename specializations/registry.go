@@ -22,30 +22,8 @@ import (
 	"strings"
 	"sync"
 
+	"stx.dev/stx/rollout"
 	"stx.dev/stx/schema"
-)
-
-// Data keys exchanged between the rollout side, roles and syncs.
-const (
-	KeyTokens          = "tokens"            // prompt + completion token ids
-	KeyLossMask        = "loss_mask"         // 1 on trainable completion tokens
-	KeyRewards         = "rewards"           // per-sequence scalar reward
-	KeySamplerLogProbs = "sampler_log_probs" // log-probs reported by the sampler
-	KeyLogProbs        = "log_probs"         // per-token log-probs of a model
-	KeyRefLogProbs     = "ref_log_probs"     // reference model's log-probs
-	KeyValues          = "values"            // critic predictions per token
-	KeyChosen          = "chosen"            // 1 for the chosen answer of a pair
-	KeyLabel           = "label"             // KTO desirable (1) / undesirable (0)
-	KeyTeacherLogProbs = "teacher_log_probs" // teacher's log-probs of the student's tokens
-	KeyLogits          = "logits"            // full next-token logits
-	KeyTeacherLogits   = "teacher_logits"    // teacher's full logits
-	KeyActions         = "actions"           // a model's greedy token at each position
-	KeyTeacherActions  = "teacher_actions"   // the teacher's labels at the student's states
-	KeyExecutedBy      = "executed_by"       // 1 where the teacher executed the rollout
-	KeySamples         = "samples"           // continuous data points (flow matching)
-	KeyTrajectories    = "trajectories"      // sampler states x_k, x_k+1, σ_k (Flow-GRPO)
-	KeyVelocity        = "velocity"          // a velocity model's prediction
-	KeyStepLogProbs    = "step_log_probs"    // per-step log-probs of an SDE sampler
 )
 
 // DataKind is the shape of data a specialization trains on; the rollout
@@ -67,19 +45,19 @@ const (
 func (d DataKind) Keys() []string {
 	switch d {
 	case DataRL:
-		return []string{KeyTokens, KeyLossMask, KeyRewards, KeySamplerLogProbs}
+		return []string{rollout.KeyTokens, rollout.KeyLossMask, rollout.KeyRewards, rollout.KeySamplerLogProbs}
 	case DataSFT:
-		return []string{KeyTokens, KeyLossMask}
+		return []string{rollout.KeyTokens, rollout.KeyLossMask}
 	case DataPreference:
-		return []string{KeyTokens, KeyLossMask, KeyChosen}
+		return []string{rollout.KeyTokens, rollout.KeyLossMask, rollout.KeyChosen}
 	case DataKTO:
-		return []string{KeyTokens, KeyLossMask, KeyLabel}
+		return []string{rollout.KeyTokens, rollout.KeyLossMask, rollout.KeyLabel}
 	case DataFlow:
-		return []string{KeySamples}
+		return []string{rollout.KeySamples}
 	case DataFlowRL:
-		return []string{KeyTrajectories, KeyRewards, KeySamplerLogProbs}
+		return []string{rollout.KeyTrajectories, rollout.KeyRewards, rollout.KeySamplerLogProbs}
 	case DataImitation:
-		return []string{KeyTokens, KeyLossMask, KeyRewards, KeySamplerLogProbs, KeyExecutedBy}
+		return []string{rollout.KeyTokens, rollout.KeyLossMask, rollout.KeyRewards, rollout.KeySamplerLogProbs, rollout.KeyExecutedBy}
 	}
 	return nil
 }

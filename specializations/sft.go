@@ -4,7 +4,7 @@ import (
 	. "github.com/gomlx/gomlx/pkg/core/graph" //nolint:revive // graph-building code reads better unqualified.
 	"github.com/gomlx/gomlx/pkg/core/tensors"
 
-	"stx.dev/stx/estimators"
+	"stx.dev/stx/rollout"
 	"stx.dev/stx/runtime"
 	"stx.dev/stx/specializations/loss"
 )
@@ -20,7 +20,7 @@ func NewSFT(cfg RoleConfig) (*SFT, error) {
 }
 
 // PrepareBatch reads tokens and loss_mask.
-func (s *SFT) PrepareBatch(data *estimators.Rollout, opts BatchOptions) ([]map[string]*tensors.Tensor, error) {
+func (s *SFT) PrepareBatch(data *rollout.Rollout, opts BatchOptions) ([]map[string]*tensors.Tensor, error) {
 	if err := s.requires(data); err != nil {
 		return nil, err
 	}
@@ -29,7 +29,7 @@ func (s *SFT) PrepareBatch(data *estimators.Rollout, opts BatchOptions) ([]map[s
 
 // ComputeLoss is the SFT cross-entropy. Metric: nll.
 func (s *SFT) ComputeLoss(out Output, batch Batch, r loss.Reducer) (*Node, map[string]*Node, error) {
-	res, err := loss.SFT(out[KeyLogProbs], batch[bLossMask], r)
+	res, err := loss.SFT(out[rollout.KeyLogProbs], batch[bLossMask], r)
 	if err != nil {
 		return nil, nil, err
 	}
