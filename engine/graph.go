@@ -60,9 +60,6 @@ type Problem struct {
 	Factors []string
 }
 
-// groupEstimators need at least two samples per prompt to form a baseline.
-var groupEstimators = []string{"grpo", "dr_grpo", "rloo", "reinforce_pp_baseline"}
-
 // BuildGraph binds a recipe's roles to their specializations and checks the
 // data flow. It returns every problem found; the graph is usable only when
 // there are none.
@@ -194,11 +191,11 @@ func BuildGraph(r *schema.Recipe) (*Graph, []Problem) {
 			add(path, "%v", err)
 			continue
 		}
-		if slices.Contains(groupEstimators, est) && r.Knobs.NSamplesPerPrompt < 2 {
+		if estimators.NeedsOf(est).Groups && r.Knobs.NSamplesPerPrompt < 2 {
 			add("knobs.n_samples_per_prompt", "estimator %s of role %q needs groups: n_samples_per_prompt must be at least 2 (it is %d)", est, n.Role.Name, r.Knobs.NSamplesPerPrompt)
 		}
 	}
-	if r.Knobs.TISCap != nil && slices.ContainsFunc(g.Nodes, func(n Node) bool { return n.Role.Trainable && n.Contract.Name == "actor" }) {
+	if r.Knobs.TISCap != nil && slices.ContainsFunc(g.Nodes, func(n Node) bool { return n.Role.Trainable && n.Contract.TISCap }) {
 		// truncated importance-sampling weight min(exp(old_logp − sampler_logp), cap) needs the
 		// policy's own pre-update log-probs, which the actor does not
 		// compute yet; refusing beats silently ignoring the knob.
@@ -324,13 +321,25 @@ func keyHint(key, role string) string {
 	case rollout.KeyRefLogProbs:
 		return fmt.Sprintf(`; set init: with_ref: true on role %q, or add a frozen reference role and {source: "reference", target: %q, keys: ["log_probs"], target_keys: ["ref_log_probs"]}`, role, role)
 	case rollout.KeyValues:
-		return fmt.Sprintf(`; GAE needs a value role: add {name: "value", specialization: "critic"} and {source: "value", target: %q, keys: ["values"]}`, role)
+		return fmt.Sprintf(`; GAE needs a value role: add {name: "value", specialization: %q} and {source: "value", target: %q, keys: ["values"]}`, producerOf(key), role)
 	case rollout.KeyTeacherLogProbs:
 		return fmt.Sprintf(`; add a frozen teacher role and {source: "teacher", target: %q, keys: ["log_probs"], target_keys: ["teacher_log_probs"]}`, role)
 	case rollout.KeyTeacherLogits:
 		return fmt.Sprintf(`; add a frozen teacher role and {source: "teacher", target: %q, keys: ["logits"], target_keys: ["teacher_logits"]}`, role)
 	case rollout.KeyTeacherActions:
 		return fmt.Sprintf(`; add a frozen teacher role and {source: "teacher", target: %q, keys: ["actions"], target_keys: ["teacher_actions"]}`, role)
+	}
+	return ""
+}
+
+// producerOf names the first registered specialization that produces key,
+// for hints.
+func producerOf(key string) string {
+	for _, name := range specializations.Names() {
+		c, err := specializations.Get(name)
+		if err == nil && slices.Contains(c.Produces(specializations.RoleConfig{Role: schema.Role{Name: name, Trainable: true}}), key) {
+			return name
+		}
 	}
 	return ""
 }

@@ -86,7 +86,8 @@ func roleSource(rec *schema.Recipe, i int, starts map[string]string) (string, er
 // per role, a built-in starting model, or a Hugging Face directory), or,
 // with model.init_from, the same initial weights as the named role;
 // resumed, when saved is set, the checkpoint directory saved holds them
-// instead. init.value_head adds a scalar head.
+// instead. init.value_head, or a specialization whose contract says so,
+// adds a scalar head.
 func openModel(rec *schema.Recipe, i int, saved string, starts map[string]string) (*runtime.Model, string, error) {
 	r := rec.Roles[i]
 	src, err := roleSource(rec, i, starts)
@@ -105,8 +106,11 @@ func openModel(rec *schema.Recipe, i int, saved string, starts map[string]string
 	if !builtinModel(src) {
 		dir = src
 	}
-	needHead := r.InitBool("value_head") || r.Specialization == "critic" || r.Specialization == "reward_model"
-	if needHead {
+	c, err := specializations.Get(r.Specialization)
+	if err != nil {
+		return nil, "", fmt.Errorf("role %q: %w", r.Name, err)
+	}
+	if r.InitBool("value_head") || c.ValueHead {
 		if err := m.AddValueHead(roleSeed(rec.Knobs, i) + 1); err != nil {
 			return nil, "", fmt.Errorf("role %q: value head: %w", r.Name, err)
 		}

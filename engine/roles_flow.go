@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 
 	graph "github.com/gomlx/gomlx/pkg/core/graph"
 	"github.com/gomlx/gomlx/pkg/core/tensors"
@@ -67,7 +68,7 @@ func newFlowRole(b *runtime.Backend, rec *schema.Recipe, n Node, spec specializa
 	if f.vel, err = velocity.NewEvaluator(b, m, velocityFn); err != nil {
 		return nil, fmt.Errorf("role %q: %w", n.Role.Name, err)
 	}
-	if _, ok := spec.(*specializations.FlowActor); ok {
+	if slices.Contains(n.Produces, rollout.KeyStepLogProbs) { // the sampler's log-probs of its transitions
 		if f.prod, err = specializations.NewFlowProducer(b, spec, m); err != nil {
 			return nil, fmt.Errorf("role %q: %w", n.Role.Name, err)
 		}

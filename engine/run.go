@@ -287,7 +287,7 @@ func newLoop(rec *schema.Recipe, opts RunOptions, from *resumeFrom) (*loop, erro
 	}
 	l.gen = &rolloutGen{rec: rec, kind: kind, role: l.primary.name(), feed: &feeder{train: train, seed: uint64(k.Seed)},
 		enc: encoder{tok: tok, maxPrompt: k.MaxPromptTokens, templated: templated}, reward: reward, sampler: sampler, tok: tok,
-		remax: k.EstimatorFor(l.primary.name()) == estimators.ReMax, render: render}
+		remax: estimators.NeedsOf(k.EstimatorFor(l.primary.name())).GreedyBaseline, render: render}
 	if err := l.gen.renderPrompts(train); err != nil {
 		return nil, fmt.Errorf("task %s: %w", rec.Task.Name, err)
 	}
@@ -296,8 +296,8 @@ func newLoop(rec *schema.Recipe, opts RunOptions, from *resumeFrom) (*loop, erro
 			return nil, fmt.Errorf("teacher sampler: %w", err)
 		}
 	}
-	l.gen.gkd = l.primary.node.Contract.Name == "gkd"
-	if l.primary.node.Contract.Name == "aggrevate" {
+	l.gen.gkd = l.primary.node.Contract.TeacherBatches
+	if l.primary.node.Contract.CandidateActions {
 		l.gen.candidates = max(k.AggrevateCandidates, 1)
 		l.unit = l.gen.candidates
 	}

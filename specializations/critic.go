@@ -13,23 +13,34 @@ import (
 	"stx.dev/stx/specializations/loss"
 )
 
-// Critic is the PPO value model: the clipped value loss ½·agg(max((v − R)², (v_c − R)²))
+func init() {
+	MustRegister(Contract{
+		Name: "critic", Data: DataRL, ValueHead: true,
+		Doc: "value model: clipped value loss on GAE returns (Schulman et al., 2016; 2017)",
+		// v_old of the clip and GAE's V are the rollout-time values the role produced.
+		Requires: func(c RoleConfig) []string { return trainOnly(c, lmForward, rollout.KeyRewards, rollout.KeyValues) },
+		Produces: func(RoleConfig) []string { return keys(rollout.KeyValues) },
+		New:      func(c RoleConfig) (Specialization, error) { return newCritic(c) },
+	})
+}
+
+// critic is the PPO value model: the clipped value loss ½·agg(max((v − R)², (v_c − R)²))
 // on GAE returns (Schulman et al., 2016; 2017). Its model needs a value head
 // (runtime.Model.AddValueHead); the value at position t is V of the state before token
 // t+1, so the values it produces line up with the actor's advantages. v_old are the
 // rollout-time values (the rollout's values column, which this role produced).
 // Metrics: vf_loss, vf_clipfrac.
-type Critic struct{ lmBase }
+type critic struct{ lmBase }
 
-// NewCritic builds the critic specialization.
-func NewCritic(cfg RoleConfig) (*Critic, error) {
+// newCritic builds the critic specialization.
+func newCritic(cfg RoleConfig) (*critic, error) {
 	b, err := newLMBase("critic", cfg)
-	return &Critic{b}, err
+	return &critic{b}, err
 }
 
 // PrepareBatch reads tokens, loss_mask, rewards and values; returns come from GAE
 // (γ, λ of the knobs) unless the rollout already holds them.
-func (c *Critic) PrepareBatch(data *rollout.Rollout, opts BatchOptions) ([]map[string]*tensors.Tensor, error) {
+func (c *critic) PrepareBatch(data *rollout.Rollout, opts BatchOptions) ([]map[string]*tensors.Tensor, error) {
 	if mbs, done, err := c.frozenOrChecked(data, opts); done {
 		return mbs, err
 	}
@@ -59,7 +70,7 @@ func values(ctx *context.Context, m *runtime.Model, batch Batch) (*Node, error) 
 }
 
 // ExtractModelOutput is the value of every position.
-func (c *Critic) ExtractModelOutput(ctx *context.Context, m *runtime.Model, batch Batch) (Output, error) {
+func (c *critic) ExtractModelOutput(ctx *context.Context, m *runtime.Model, batch Batch) (Output, error) {
 	v, err := values(ctx, m, batch)
 	if err != nil {
 		return nil, fmt.Errorf("critic: %w", err)
@@ -68,7 +79,7 @@ func (c *Critic) ExtractModelOutput(ctx *context.Context, m *runtime.Model, batc
 }
 
 // ComputeLoss is PPO's clipped value loss (ε_v = cliprange_value).
-func (c *Critic) ComputeLoss(out Output, batch Batch, r loss.Reducer) (*Node, map[string]*Node, error) {
+func (c *critic) ComputeLoss(out Output, batch Batch, r loss.Reducer) (*Node, map[string]*Node, error) {
 	res, err := loss.ValueLoss(out[rollout.KeyValues], batch[rollout.KeyValues], batch[rollout.KeyReturns], batch[bLossMask],
 		loss.ValueConfig{ClipRange: c.cfg.Knobs.ClipRangeValue}, r)
 	if err != nil {
@@ -78,10 +89,10 @@ func (c *Critic) ComputeLoss(out Output, batch Batch, r loss.Reducer) (*Node, ma
 }
 
 // Loss is the runtime.LossFn of the role.
-func (c *Critic) Loss() runtime.LossFn { return lossFn(c) }
+func (c *critic) Loss() runtime.LossFn { return lossFn(c) }
 
 // Produce is the forward-only values.
-func (c *Critic) Produce() runtime.OutputFn {
+func (c *critic) Produce() runtime.OutputFn {
 	return func(ctx *context.Context, m *runtime.Model, batch map[string]*Node) map[string]*Node {
 		v, err := values(ctx, m, batch)
 		if err != nil {

@@ -15,6 +15,25 @@ import (
 	"stx.dev/stx/specializations/velocity"
 )
 
+func init() {
+	MustRegister(Contract{
+		Name: "flow", Data: DataFlow,
+		Doc:      "rectified-flow velocity regression (Liu et al., 2022)",
+		Requires: func(RoleConfig) []string { return keys(rollout.KeySamples) },
+		Produces: func(RoleConfig) []string { return keys(rollout.KeyVelocity) },
+		New:      func(c RoleConfig) (Specialization, error) { return newFlowMatching(c) },
+	})
+	MustRegister(Contract{
+		Name: "flow_actor", Data: DataFlowRL, Estimator: true,
+		Doc: "Flow-GRPO: SDE step log-probs under a PPO clip (Liu et al., 2025)",
+		Requires: func(c RoleConfig) []string {
+			return trainOnly(c, []string{rollout.KeyTrajectories}, rollout.KeyRewards, rollout.KeySamplerLogProbs)
+		},
+		Produces: func(RoleConfig) []string { return keys(rollout.KeyStepLogProbs) },
+		New:      func(c RoleConfig) (Specialization, error) { return newFlowActor(c) },
+	})
+}
+
 // Flow data lives in wide per-row columns (see SetRowVectors): samples/i holds component i
 // of a data point x_0; trajectories/i holds one SDE transition per row laid out as
 // [x (D), x_next (D), σ, σ_next]. A flow rollout's Tokens are empty rows: Tokens only
@@ -64,10 +83,10 @@ func rowVectors(data *rollout.Rollout, key string, rows []int, from, dim int) []
 // x_σ = (1 − σ)x_0 + σε, u = ε − x_0, L = mean_samples mean_dims (v_θ(x_σ, σ) − u)², with
 // σ ~ U(0,1) or logit-normal (flow_sigma_sampling) and ε ~ N(0, I) drawn on the host from
 // opts.Seed and opts.Rollout.
-type FlowMatching struct{ flowBase }
+type flowMatching struct{ flowBase }
 
-// NewFlowMatching builds the flow specialization.
-func NewFlowMatching(cfg RoleConfig) (*FlowMatching, error) {
+// newFlowMatching builds the flow specialization.
+func newFlowMatching(cfg RoleConfig) (*flowMatching, error) {
 	b, err := newFlowBase("flow", cfg)
 	if err == nil {
 		switch cfg.Knobs.FlowSigmaSampling {
@@ -76,11 +95,11 @@ func NewFlowMatching(cfg RoleConfig) (*FlowMatching, error) {
 			err = fmt.Errorf("flow: unknown flow_sigma_sampling %q", cfg.Knobs.FlowSigmaSampling)
 		}
 	}
-	return &FlowMatching{b}, err
+	return &flowMatching{b}, err
 }
 
 // PrepareBatch reads samples.
-func (s *FlowMatching) PrepareBatch(data *rollout.Rollout, opts BatchOptions) ([]map[string]*tensors.Tensor, error) {
+func (s *flowMatching) PrepareBatch(data *rollout.Rollout, opts BatchOptions) ([]map[string]*tensors.Tensor, error) {
 	if err := requireKeys(s.contract.Name, data, s.contract.Requires(s.cfg)); err != nil {
 		return nil, err
 	}
@@ -112,7 +131,7 @@ func (s *FlowMatching) PrepareBatch(data *rollout.Rollout, opts BatchOptions) ([
 }
 
 // ExtractModelOutput is the predicted velocity at x_σ and the target u.
-func (s *FlowMatching) ExtractModelOutput(ctx *context.Context, m *velocity.Model, batch Batch) (Output, error) {
+func (s *flowMatching) ExtractModelOutput(ctx *context.Context, m *velocity.Model, batch Batch) (Output, error) {
 	xs, u, err := loss.FlowInterpolate(batch[bX], batch[bNoise], batch[bSigma])
 	if err != nil {
 		return nil, err
@@ -121,7 +140,7 @@ func (s *FlowMatching) ExtractModelOutput(ctx *context.Context, m *velocity.Mode
 }
 
 // ComputeLoss is the rectified-flow velocity loss.
-func (s *FlowMatching) ComputeLoss(out Output, batch Batch, _ loss.Reducer) (*Node, map[string]*Node, error) {
+func (s *flowMatching) ComputeLoss(out Output, batch Batch, _ loss.Reducer) (*Node, map[string]*Node, error) {
 	res, err := loss.RectifiedFlowLoss(out[rollout.KeyVelocity], out["target"], batch[bCount])
 	if err != nil {
 		return nil, nil, err
@@ -130,10 +149,10 @@ func (s *FlowMatching) ComputeLoss(out Output, batch Batch, _ loss.Reducer) (*No
 }
 
 // Loss is the velocity.LossFn of the role.
-func (s *FlowMatching) Loss() velocity.LossFn { return flowLossFn(s) }
+func (s *flowMatching) Loss() velocity.LossFn { return flowLossFn(s) }
 
 // Produce is the forward-only velocity at the batch's x_σ.
-func (s *FlowMatching) Produce() velocity.OutputFn {
+func (s *flowMatching) Produce() velocity.OutputFn {
 	return func(ctx *context.Context, m *velocity.Model, batch map[string]*Node) map[string]*Node {
 		out, err := s.ExtractModelOutput(ctx, m, batch)
 		if err != nil {
@@ -157,27 +176,27 @@ func flowLossFn(s Flow) velocity.LossFn {
 	}
 }
 
-// FlowActor is Flow-GRPO (Liu et al., 2025): every SDE step of the sampler is a Gaussian
+// flowActor is Flow-GRPO (Liu et al., 2025): every SDE step of the sampler is a Gaussian
 // policy step with log p(x_next | x) from the velocity model (noise level a =
 // flow_noise_level, σ_max = 1 − 1/flow_steps for σ = 1), trained with PPO (ε =
 // flow_clip_eps) on group-normalised rewards (r − mean)/(std + 1e-4) clipped to [−5, 5],
 // one advantage per trajectory for all its steps. A row is one transition (see
 // trajectories); its sampler_log_probs is a per-row column. Metrics: clipfrac, ppo_kl,
 // ratio_mean/max/min.
-type FlowActor struct{ flowBase }
+type flowActor struct{ flowBase }
 
-// NewFlowActor builds the flow_actor specialization.
-func NewFlowActor(cfg RoleConfig) (*FlowActor, error) {
+// newFlowActor builds the flow_actor specialization.
+func newFlowActor(cfg RoleConfig) (*flowActor, error) {
 	b, err := newFlowBase("flow_actor", cfg)
 	if err == nil && cfg.Knobs.FlowSteps < 2 {
 		err = fmt.Errorf("flow_actor: flow_steps must be >= 2, got %d", cfg.Knobs.FlowSteps)
 	}
-	return &FlowActor{b}, err
+	return &flowActor{b}, err
 }
 
 // ComputeAdvantages sets Row["advantages"]: Flow-GRPO's group-normalised, clipped rewards
 // (groups by GroupID, trajectories by Traj; population std as flow_grpo's numpy).
-func (s *FlowActor) ComputeAdvantages(data *rollout.Rollout) ([]string, error) {
+func (s *flowActor) ComputeAdvantages(data *rollout.Rollout) ([]string, error) {
 	if data.Reward == nil {
 		return nil, fmt.Errorf("flow_actor: the rollout has no %q column", rollout.KeyRewards)
 	}
@@ -224,7 +243,7 @@ func (s *FlowActor) ComputeAdvantages(data *rollout.Rollout) ([]string, error) {
 
 // PrepareBatch reads trajectories, rewards (through ComputeAdvantages, unless the rollout
 // already holds advantages) and sampler_log_probs.
-func (s *FlowActor) PrepareBatch(data *rollout.Rollout, opts BatchOptions) ([]map[string]*tensors.Tensor, error) {
+func (s *flowActor) PrepareBatch(data *rollout.Rollout, opts BatchOptions) ([]map[string]*tensors.Tensor, error) {
 	if err := requireKeys(s.contract.Name, data, s.contract.Requires(s.cfg)); err != nil {
 		return nil, err
 	}
@@ -232,7 +251,7 @@ func (s *FlowActor) PrepareBatch(data *rollout.Rollout, opts BatchOptions) ([]ma
 }
 
 // batches cuts the transitions into micro-batches; trainable adds the PPO inputs.
-func (s *FlowActor) batches(data *rollout.Rollout, opts BatchOptions, trainable bool) ([]map[string]*tensors.Tensor, error) {
+func (s *flowActor) batches(data *rollout.Rollout, opts BatchOptions, trainable bool) ([]map[string]*tensors.Tensor, error) {
 	W := wideDim(data.Row, rollout.KeyTrajectories)
 	if W < 4 || W%2 != 0 {
 		return nil, fmt.Errorf("flow_actor: trajectories have %d components, want 2·D + 2", W)
@@ -267,7 +286,7 @@ func (s *FlowActor) batches(data *rollout.Rollout, opts BatchOptions, trainable 
 }
 
 // stepLogProb is log p_θ(x_next | x) of each transition.
-func (s *FlowActor) stepLogProb(ctx *context.Context, m *velocity.Model, batch Batch) (*Node, error) {
+func (s *flowActor) stepLogProb(ctx *context.Context, m *velocity.Model, batch Batch) (*Node, error) {
 	v := m.Forward(ctx, batch[bX], batch[bSigma])
 	st, err := loss.SDEStepLogProb(batch[bX], v, batch[bXNext], batch[bSigma], batch[bSigmaNext],
 		loss.SDEConfig{NoiseLevel: s.cfg.Knobs.FlowNoiseLevel, SigmaMax: 1 - 1/float64(s.cfg.Knobs.FlowSteps)})
@@ -278,7 +297,7 @@ func (s *FlowActor) stepLogProb(ctx *context.Context, m *velocity.Model, batch B
 }
 
 // ExtractModelOutput is the step log-probs.
-func (s *FlowActor) ExtractModelOutput(ctx *context.Context, m *velocity.Model, batch Batch) (Output, error) {
+func (s *flowActor) ExtractModelOutput(ctx *context.Context, m *velocity.Model, batch Batch) (Output, error) {
 	lp, err := s.stepLogProb(ctx, m, batch)
 	if err != nil {
 		return nil, err
@@ -287,7 +306,7 @@ func (s *FlowActor) ExtractModelOutput(ctx *context.Context, m *velocity.Model, 
 }
 
 // ComputeLoss is Flow-GRPO's clipped policy loss.
-func (s *FlowActor) ComputeLoss(out Output, batch Batch, _ loss.Reducer) (*Node, map[string]*Node, error) {
+func (s *flowActor) ComputeLoss(out Output, batch Batch, _ loss.Reducer) (*Node, map[string]*Node, error) {
 	eps := s.cfg.Knobs.FlowClipEps
 	res, err := loss.FlowGRPOLoss(out[rollout.KeyStepLogProbs], batch[bOldLogp], batch[bAdv], batch[bCount],
 		loss.PPOConfig{EpsLow: eps, EpsHigh: eps})
@@ -298,10 +317,10 @@ func (s *FlowActor) ComputeLoss(out Output, batch Batch, _ loss.Reducer) (*Node,
 }
 
 // Loss is the velocity.LossFn of the role.
-func (s *FlowActor) Loss() velocity.LossFn { return flowLossFn(s) }
+func (s *flowActor) Loss() velocity.LossFn { return flowLossFn(s) }
 
 // Produce is the forward-only step_log_probs of each transition (e.g. the sampler's).
-func (s *FlowActor) Produce() velocity.OutputFn {
+func (s *flowActor) Produce() velocity.OutputFn {
 	return func(ctx *context.Context, m *velocity.Model, batch map[string]*Node) map[string]*Node {
 		lp, err := s.stepLogProb(ctx, m, batch)
 		if err != nil {
@@ -334,7 +353,7 @@ func (p *FlowProducer) Produce(data *rollout.Rollout, opts BatchOptions, rename 
 	var mbs []map[string]*tensors.Tensor
 	var err error
 	switch s := p.spec.(type) {
-	case *FlowActor:
+	case *flowActor:
 		if err = requireKeys(name, data, []string{rollout.KeyTrajectories}); err == nil {
 			mbs, err = s.batches(data, opts, false)
 		}

@@ -46,7 +46,7 @@ func TestReferenceProducesLogProbs(t *testing.T) {
 			}
 		}
 	}
-	sft, _ := NewSFT(RoleConfig{Role: schema.Role{Name: "p", Trainable: true}, Knobs: defaultKnobs()})
+	sft, _ := newSFT(RoleConfig{Role: schema.Role{Name: "p", Trainable: true}, Knobs: defaultKnobs()})
 	mbs, err := sft.PrepareBatch(data, opts)
 	if err != nil {
 		t.Fatal(err)

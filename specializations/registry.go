@@ -92,6 +92,25 @@ type Contract struct {
 	// distribution (AggreVaTe): its progress shows in task accuracy, not in
 	// the KL to the teacher.
 	TeacherReward bool
+	// ValueHead is true when the role's model carries a scalar head
+	// (runtime.Model.AddValueHead) that its outputs are read from: values or
+	// rewards rather than token distributions.
+	ValueHead bool
+	// TeacherBatches is true when a share 1 − gkd_lambda of the rollouts are
+	// sampled by the teacher (init.teacher) rather than by the role itself
+	// (GKD): its data is not on-policy, so it cannot drive task.workflow
+	// episodes.
+	TeacherBatches bool
+	// CandidateActions is true when each rollout state (a prompt plus a prefix
+	// of a student completion) gets aggrevate_candidates candidate next
+	// tokens, each completed by the teacher and scored by the task: the rows
+	// of a state train together (AggreVaTe).
+	CandidateActions bool
+	// TISCap is true for a loss that knobs.tis_cap would correct (token-level
+	// policy gradients over the sampler's tokens). The correction needs the
+	// policy's pre-update log-probs, which stx does not compute yet, so a
+	// recipe that sets tis_cap with such a trainable role is refused.
+	TISCap bool
 	// New builds the specialization for a role; nil for a contract registered
 	// only so that `stx vet` can check recipes that use it.
 	New func(RoleConfig) (Specialization, error)
@@ -157,4 +176,25 @@ func keys(ks ...string) []string {
 	out := slices.Clone(ks)
 	sort.Strings(out)
 	return slices.Compact(out)
+}
+
+// lmForward are the forward inputs of a language-model role: all that a
+// frozen one (runs forward only, to produce its keys for syncs) needs.
+var lmForward = []string{rollout.KeyTokens, rollout.KeyLossMask}
+
+// trainOnly returns forward inputs for a frozen role, else the full list.
+func trainOnly(cfg RoleConfig, forward []string, full ...string) []string {
+	if !cfg.Role.Trainable {
+		return keys(forward...)
+	}
+	return keys(append(append([]string(nil), forward...), full...)...)
+}
+
+// withRef adds ref_log_probs to what a role produces when it keeps an
+// in-role frozen reference.
+func withRef(cfg RoleConfig, ks ...string) []string {
+	if cfg.Role.InitBool("with_ref") {
+		ks = append(ks, rollout.KeyRefLogProbs)
+	}
+	return keys(ks...)
 }

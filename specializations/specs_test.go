@@ -299,7 +299,7 @@ func lossGoesDown(t *testing.T, c specCase) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if fa, ok := s.(*FlowActor); ok {
+		if fa, ok := s.(*flowActor); ok {
 			setOwnStepLogProbs(t, fa, m, data)
 		}
 		mbs, err := s.PrepareBatch(data, opts)
@@ -333,7 +333,7 @@ func lossGoesDown(t *testing.T, c specCase) {
 
 // setOwnStepLogProbs makes the rollout's sampler log-probs those of m itself (on-policy),
 // through the frozen-role path.
-func setOwnStepLogProbs(t *testing.T, s *FlowActor, m *velocity.Model, data *rollout.Rollout) {
+func setOwnStepLogProbs(t *testing.T, s *flowActor, m *velocity.Model, data *rollout.Rollout) {
 	t.Helper()
 	p, err := NewFlowProducer(testBackend(t), s, m)
 	if err != nil {
