@@ -267,7 +267,7 @@ func newLoop(rec *schema.Recipe, opts RunOptions, from *resumeFrom) (*loop, erro
 	}
 	if rollout.flow != nil {
 		l.gen = &rolloutGen{rec: rec, kind: kind, role: l.primary.name(), feed: &feeder{train: train, seed: uint64(k.Seed)},
-			reward: reward, flow: rollout.flow}
+			reward: reward, flow: rollout.flow, strategy: chooseStrategy(l.primary.node.Contract, k, estimators.Needs{})}
 		l.eval = &evaluator{gen: l.gen, task: task}
 		l.rng = rand.NewPCG(uint64(k.Seed), 0x5a3b1e)
 		built = true
@@ -287,7 +287,7 @@ func newLoop(rec *schema.Recipe, opts RunOptions, from *resumeFrom) (*loop, erro
 	}
 	l.gen = &rolloutGen{rec: rec, kind: kind, role: l.primary.name(), feed: &feeder{train: train, seed: uint64(k.Seed)},
 		enc: encoder{tok: tok, maxPrompt: k.MaxPromptTokens, templated: templated}, reward: reward, sampler: sampler, tok: tok,
-		remax: estimators.NeedsOf(k.EstimatorFor(l.primary.name())).GreedyBaseline, render: render}
+		render: render}
 	if err := l.gen.renderPrompts(train); err != nil {
 		return nil, fmt.Errorf("task %s: %w", rec.Task.Name, err)
 	}
@@ -296,11 +296,8 @@ func newLoop(rec *schema.Recipe, opts RunOptions, from *resumeFrom) (*loop, erro
 			return nil, fmt.Errorf("teacher sampler: %w", err)
 		}
 	}
-	l.gen.gkd = l.primary.node.Contract.TeacherBatches
-	if l.primary.node.Contract.CandidateActions {
-		l.gen.candidates = max(k.AggrevateCandidates, 1)
-		l.unit = l.gen.candidates
-	}
+	l.gen.strategy = chooseStrategy(l.primary.node.Contract, k, estimators.NeedsOf(k.EstimatorFor(l.primary.name())))
+	l.unit = max(l.unit, l.gen.strategy.unit())
 	if w := rec.Task.Workflow; w != nil {
 		if l.gen.workflow, err = newWorkflowGen(w, rollout.model.Config.MaxPositions); err != nil {
 			return nil, err
