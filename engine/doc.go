@@ -11,10 +11,15 @@
 //     roles, workflow tasks;
 //   - the roles and what they run on (roles.go; the flow-matching roles'
 //     velocity models in roles_flow.go);
-//   - rollout generation (rollout.go): datasets walked in seeded epochs,
-//     sampling and scoring with the task's rewards, rejection and dynamic
-//     sampling, and the distillation rollouts (teacher mixing, GKD's
-//     on-policy draw, AggreVaTe's states); multi-turn workflow episodes
+//   - rollout generation (rollout.go): datasets walked in seeded epochs and
+//     a strategy per rollout, chosen from the trained role's contract
+//     (its data kind and flags) and its estimator's needs, never from a
+//     name, one file each: offline datasets (rollout_offline.go), on-policy
+//     sampling scored with the task's rewards, with rejection and dynamic
+//     sampling (rollout_onpolicy.go), whole batches or single rows sampled
+//     by the teacher (rollout_teacherbatches.go, rollout_teacherrows.go),
+//     candidate actions completed by the teacher (rollout_candidates.go),
+//     velocity-model data (rollout_flow.go); multi-turn workflow episodes
 //     against an external environment (rollout_workflow.go, through
 //     engine/workflow); chat-template prompts (prompt.go);
 //   - the train step, evaluation and the distillation probe (run_train.go,

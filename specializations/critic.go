@@ -47,7 +47,7 @@ func (c *critic) PrepareBatch(data *rollout.Rollout, opts BatchOptions) ([]map[s
 	if _, ok := data.Tok[rollout.KeyReturns]; !ok {
 		data = shallowCopy(data)
 		k := c.cfg.Knobs
-		cfg := estimators.Config{Name: "gae", Gamma: k.Gamma, Lambda: k.Lambda, Epsilon: estimators.DefaultEpsilon,
+		cfg := estimators.Config{Name: estimators.GAE, Gamma: k.Gamma, Lambda: k.Lambda, Epsilon: estimators.DefaultEpsilon,
 			WhitenEps: estimators.DefaultWhitenEps}
 		if _, err := estimators.RolloutAdvantages(data, cfg); err != nil {
 			return nil, fmt.Errorf("critic returns: %w", err)

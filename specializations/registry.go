@@ -3,9 +3,13 @@
 // An algorithm is a specialization plus a recipe, never a switch on a role's
 // name.
 //
-// Each specialization declares a Contract: the data keys its role's batch
-// needs (Requires) and the keys it can compute forward-only for other roles
-// (Produces). `stx vet` checks a recipe's data flow against these contracts
+// Each specialization's file registers its own Contract (there is no
+// central list): the data keys its role's batch needs (Requires) and the
+// keys it can compute forward-only for other roles (Produces), both named
+// by package rollout, and capability flags (Estimator, Teacher, ValueHead,
+// TeacherBatches, CandidateActions, ...) that the engine reads instead of
+// the specialization's name; the implementations are unexported, reached
+// through the registry and the Specialization interface. `stx vet` checks a recipe's data flow against these contracts
 // before any tensor is allocated. Contract.New builds the implementation: a
 // Specialization turns rollout rows into micro-batches (PrepareBatch), says
 // what its model outputs inside the compiled graph (ExtractModelOutput) and
