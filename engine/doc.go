@@ -11,13 +11,18 @@
 //     roles, workflow tasks;
 //   - the roles and what they run on (roles.go): a language model or the
 //     flow roles' velocity model, trained and checkpointed the same way;
-//   - rollout generation (rollout.go): datasets walked in seeded epochs,
-//     sampling and scoring with the task's rewards, rejection and dynamic
-//     sampling, and the distillation rollouts (teacher mixing, GKD's
-//     on-policy draw, AggreVaTe's states); multi-turn workflow episodes
+//   - rollout generation (rollout.go): datasets walked in seeded epochs and
+//     a strategy per rollout, chosen from the trained role's contract
+//     (its data kind and flags) and its estimator's needs, never from a
+//     name, one file each: offline datasets (rollout_offline.go), on-policy
+//     sampling scored with the task's rewards, with rejection and dynamic
+//     sampling (rollout_onpolicy.go), whole batches or single rows sampled
+//     by the teacher (rollout_teacherbatches.go, rollout_teacherrows.go),
+//     candidate actions completed by the teacher (rollout_candidates.go),
+//     velocity-model data (rollout_flow.go); multi-turn workflow episodes
 //     against an external environment (rollout_workflow.go, through
 //     engine/workflow); the flow roles' ODE and SDE samplers
-//     (rollout_flow.go); chat-template prompts (prompt.go);
+//     (flow_sampler.go); chat-template prompts (prompt.go);
 //   - the outer loop (run.go) and its collaborators: the trainer's train
 //     step (run_train.go), the checkpointer's checkpoints and resume
 //     (run_checkpoint.go), hot reload (run_reload.go); evaluation and the

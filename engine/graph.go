@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"stx.dev/stx/estimators"
+	"stx.dev/stx/rollout"
 	"stx.dev/stx/schema"
 	"stx.dev/stx/specializations"
 )
@@ -58,9 +59,6 @@ type Problem struct {
 	// set (schema.Catalog.FactorPath).
 	Factors []string
 }
-
-// groupEstimators need at least two samples per prompt to form a baseline.
-var groupEstimators = []string{"grpo", "dr_grpo", "rloo", "reinforce_pp_baseline"}
 
 // BuildGraph binds a recipe's roles to their specializations and checks the
 // data flow. It returns every problem found; the graph is usable only when
@@ -193,11 +191,11 @@ func BuildGraph(r *schema.Recipe) (*Graph, []Problem) {
 			add(path, "%v", err)
 			continue
 		}
-		if slices.Contains(groupEstimators, est) && r.Knobs.NSamplesPerPrompt < 2 {
+		if estimators.NeedsOf(est).Groups && r.Knobs.NSamplesPerPrompt < 2 {
 			add("knobs.n_samples_per_prompt", "estimator %s of role %q needs groups: n_samples_per_prompt must be at least 2 (it is %d)", est, n.Role.Name, r.Knobs.NSamplesPerPrompt)
 		}
 	}
-	if r.Knobs.TISCap != nil && slices.ContainsFunc(g.Nodes, func(n Node) bool { return n.Role.Trainable && n.Contract.Name == "actor" }) {
+	if r.Knobs.TISCap != nil && slices.ContainsFunc(g.Nodes, func(n Node) bool { return n.Role.Trainable && n.Contract.TISCap }) {
 		// truncated importance-sampling weight min(exp(old_logp − sampler_logp), cap) needs the
 		// policy's own pre-update log-probs, which the actor does not
 		// compute yet; refusing beats silently ignoring the knob.
@@ -210,7 +208,7 @@ func BuildGraph(r *schema.Recipe) (*Graph, []Problem) {
 		add("roles", "no role is trainable (set knobs.eval_only: true to only evaluate)")
 	}
 	if rr := r.Task.RewardRole; rr != "" && known("task.reward_role", "reward_role", rr) {
-		if n, ok := nodeOf[rr]; ok && !slices.Contains(n.Produces, specializations.KeyRewards) {
+		if n, ok := nodeOf[rr]; ok && !slices.Contains(n.Produces, rollout.KeyRewards) {
 			add("task.reward_role", "reward role %q (specialization %s) does not produce rewards; use specialization reward_model", rr, n.Contract.Name)
 		}
 	}
@@ -320,16 +318,28 @@ func hint(s string, cands []string) string {
 // keyHint says how a missing key is usually provided.
 func keyHint(key, role string) string {
 	switch key {
-	case specializations.KeyRefLogProbs:
+	case rollout.KeyRefLogProbs:
 		return fmt.Sprintf(`; set init: with_ref: true on role %q, or add a frozen reference role and {source: "reference", target: %q, keys: ["log_probs"], target_keys: ["ref_log_probs"]}`, role, role)
-	case specializations.KeyValues:
-		return fmt.Sprintf(`; GAE needs a value role: add {name: "value", specialization: "critic"} and {source: "value", target: %q, keys: ["values"]}`, role)
-	case specializations.KeyTeacherLogProbs:
+	case rollout.KeyValues:
+		return fmt.Sprintf(`; GAE needs a value role: add {name: "value", specialization: %q} and {source: "value", target: %q, keys: ["values"]}`, producerOf(key), role)
+	case rollout.KeyTeacherLogProbs:
 		return fmt.Sprintf(`; add a frozen teacher role and {source: "teacher", target: %q, keys: ["log_probs"], target_keys: ["teacher_log_probs"]}`, role)
-	case specializations.KeyTeacherLogits:
+	case rollout.KeyTeacherLogits:
 		return fmt.Sprintf(`; add a frozen teacher role and {source: "teacher", target: %q, keys: ["logits"], target_keys: ["teacher_logits"]}`, role)
-	case specializations.KeyTeacherActions:
+	case rollout.KeyTeacherActions:
 		return fmt.Sprintf(`; add a frozen teacher role and {source: "teacher", target: %q, keys: ["actions"], target_keys: ["teacher_actions"]}`, role)
+	}
+	return ""
+}
+
+// producerOf names the first registered specialization that produces key,
+// for hints.
+func producerOf(key string) string {
+	for _, name := range specializations.Names() {
+		c, err := specializations.Get(name)
+		if err == nil && slices.Contains(c.Produces(specializations.RoleConfig{Role: schema.Role{Name: name, Trainable: true}}), key) {
+			return name
+		}
 	}
 	return ""
 }

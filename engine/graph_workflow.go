@@ -19,12 +19,12 @@ func workflowProblems(r *schema.Recipe, g *Graph) []Problem {
 		if !n.Role.Trainable {
 			continue
 		}
-		if n.Contract.Data != specializations.DataRL || n.Contract.Name == "gkd" {
+		if n.Contract.Data != specializations.DataRL || n.Contract.TeacherBatches {
 			probs = append(probs, Problem{Path: "task.workflow", Msg: "task.workflow needs an on-policy RL role as the first trainable role (specialization " +
 				n.Role.Specialization + " trains on " + string(n.Contract.Data) + " data)"})
 		}
-		if r.Knobs.EstimatorFor(n.Role.Name) == estimators.ReMax {
-			probs = append(probs, Problem{Path: "knobs.estimator", Msg: "remax's greedy baseline is a single completion: it does not apply to task.workflow episodes"})
+		if est := r.Knobs.EstimatorFor(n.Role.Name); estimators.NeedsOf(est).GreedyBaseline {
+			probs = append(probs, Problem{Path: "knobs.estimator", Msg: est + "'s greedy baseline is a single completion: it does not apply to task.workflow episodes"})
 		}
 		break
 	}

@@ -18,6 +18,7 @@ import (
 
 	"stx.dev/stx/engine/reload"
 	"stx.dev/stx/engine/rundir"
+	"stx.dev/stx/rollout"
 	"stx.dev/stx/runtime"
 	"stx.dev/stx/schema"
 	"stx.dev/stx/specializations"
@@ -572,7 +573,7 @@ func TestHotKnobsReachSamplerAndSpecialization(t *testing.T) {
 		t.Fatal(err)
 	}
 	opts := l.batchOptions(r, 1)
-	if err := produceInto(r.ref, b.data, opts, []string{specializations.KeyLogProbs}, []string{specializations.KeyRefLogProbs}); err != nil {
+	if err := produceInto(r.ref, b.data, opts, []string{rollout.KeyLogProbs}, []string{rollout.KeyRefLogProbs}); err != nil {
 		t.Fatal(err)
 	}
 	// step prepares the rollout with the role's current specialization, with
@@ -587,7 +588,7 @@ func TestHotKnobsReachSamplerAndSpecialization(t *testing.T) {
 		saturated := make([]map[string]*tensors.Tensor, len(mbs))
 		for i, mb := range mbs {
 			saturated[i] = maps.Clone(mb)
-			for key, v := range map[string]float32{"advantages": 1, specializations.KeySamplerLogProbs: -100} {
+			for key, v := range map[string]float32{"advantages": 1, rollout.KeySamplerLogProbs: -100} {
 				data := make([]float32, mb[key].Shape().Size())
 				for j := range data {
 					data[j] = v

@@ -10,7 +10,7 @@ import (
 	"strings"
 
 	"stx.dev/stx/engine/rundir"
-	"stx.dev/stx/estimators"
+	"stx.dev/stx/rollout"
 	"stx.dev/stx/runtime"
 	"stx.dev/stx/runtime/tokenizer"
 	"stx.dev/stx/schema"
@@ -88,7 +88,8 @@ func roleSource(rec *schema.Recipe, i int, starts map[string]string) (string, er
 // per role, a built-in starting model, or a Hugging Face directory), or,
 // with model.init_from, the same initial weights as the named role;
 // resumed, when saved is set, the checkpoint directory saved holds them
-// instead. init.value_head adds a scalar head.
+// instead. init.value_head, or a specialization whose contract says so,
+// adds a scalar head.
 func openModel(rec *schema.Recipe, i int, saved string, starts map[string]string) (*runtime.Model, string, error) {
 	r := rec.Roles[i]
 	src, err := roleSource(rec, i, starts)
@@ -107,8 +108,11 @@ func openModel(rec *schema.Recipe, i int, saved string, starts map[string]string
 	if !builtinModel(src) {
 		dir = src
 	}
-	needHead := r.InitBool("value_head") || r.Specialization == "critic" || r.Specialization == "reward_model"
-	if needHead {
+	c, err := specializations.Get(r.Specialization)
+	if err != nil {
+		return nil, "", fmt.Errorf("role %q: %w", r.Name, err)
+	}
+	if r.InitBool("value_head") || c.ValueHead {
 		if err := m.AddValueHead(roleSeed(rec.Knobs, i) + 1); err != nil {
 			return nil, "", fmt.Errorf("role %q: value head: %w", r.Name, err)
 		}
@@ -145,7 +149,7 @@ func buildRoles(b *runtime.Backend, g *Graph, total int, from *resumeFrom, start
 		if !ok {
 			return nil, fmt.Errorf("role %q: specialization %q is not a language-model specialization; neither a language-model nor a velocity-model specialization", n.Role.Name, n.Role.Specialization)
 		}
-		withRef := n.Role.Trainable && slices.Contains(n.Requires, specializations.KeyRefLogProbs) && n.Role.InitBool("with_ref")
+		withRef := n.Role.Trainable && slices.Contains(n.Requires, rollout.KeyRefLogProbs) && n.Role.InitBool("with_ref")
 		saved := from.weights(rec, i, n.Role.Trainable && !withRef, starts)
 		m, dir, err := openModel(rec, i, saved, starts)
 		if err != nil {
@@ -338,7 +342,7 @@ func roleTokenizer(r *role) (tokenizer.Tokenizer, error) {
 // produceInto runs p on a copy of data and copies the keys into data under
 // the names of rename (wide columns key/0.. included), so a producer's other
 // outputs never overwrite columns of data.
-func produceInto(p *specializations.Producer, data *estimators.Rollout, opts specializations.BatchOptions, keys, targets []string) error {
+func produceInto(p *specializations.Producer, data *rollout.Rollout, opts specializations.BatchOptions, keys, targets []string) error {
 	all := make([]int, data.Len())
 	for i := range all {
 		all[i] = i
@@ -372,7 +376,7 @@ func produceInto(p *specializations.Producer, data *estimators.Rollout, opts spe
 				data.Row[k], found = col, true
 			}
 		}
-		if name == specializations.KeyRewards && tmp.Reward != nil {
+		if name == rollout.KeyRewards && tmp.Reward != nil {
 			data.Reward, found = tmp.Reward, true
 		}
 		if !found {

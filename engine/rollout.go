@@ -2,16 +2,15 @@ package engine
 
 import (
 	"fmt"
-	"math"
 	"math/rand/v2"
 
 	"stx.dev/stx/engine/tasks"
 	"stx.dev/stx/estimators"
+	"stx.dev/stx/rollout"
 	"stx.dev/stx/runtime"
 	"stx.dev/stx/runtime/tokenizer"
 	"stx.dev/stx/schema"
 	"stx.dev/stx/specializations"
-	"stx.dev/stx/specializations/loss"
 )
 
 // feeder hands out training examples in epochs: each epoch is a permutation
@@ -82,12 +81,12 @@ func (e encoder) completion(text string) []int32 {
 
 // rows accumulates Rollout rows.
 type rows struct {
-	r   *estimators.Rollout
+	r   *rollout.Rollout
 	exs []tasks.Example // the example of each row (for rewards and episodes)
 }
 
 func newRows() *rows {
-	return &rows{r: &estimators.Rollout{Tok: map[string][][]float32{}, Row: map[string][]float64{}}}
+	return &rows{r: &rollout.Rollout{Tok: map[string][][]float32{}, Row: map[string][]float64{}}}
 }
 
 // add appends one row: prompt then completion, mask 1 on the completion.
@@ -123,7 +122,7 @@ func (b *rows) setRow(key string, i int, v float64) {
 
 // batch is one rollout's data and what the console and metrics report of it.
 type batch struct {
-	data *estimators.Rollout
+	data *rollout.Rollout
 	exs  []tasks.Example
 	// completions are the decoded completions per row (episodes).
 	completions []string
@@ -133,7 +132,9 @@ type batch struct {
 	wf *workflowBatch
 }
 
-// rolloutGen produces the data of each rollout for the recipe's data kind.
+// rolloutGen produces the data of each rollout: what every strategy
+// shares (the data feed, the encoder, the reward, the samplers) and the
+// strategy that the trained role's contract chose.
 type rolloutGen struct {
 	rec     *schema.Recipe
 	kind    specializations.DataKind
@@ -145,16 +146,13 @@ type rolloutGen struct {
 	tok     tokenizer.Tokenizer
 	// render turns chat prompts into the rollout model's prompt text.
 	render tasks.PromptRenderer
-	remax  bool // ReMax: greedy rollouts give the baseline
-	// teacher samples the teacher-executed rows of imitation data and
-	// completes AggreVaTe's candidate actions (nil without a teacher role).
+	// strategy builds each rollout's rows (chooseStrategy).
+	strategy strategy
+	// teacher is the sampler of the role's frozen teacher (init.teacher),
+	// for the strategies that let the teacher sample (nil without one).
 	teacher *runtime.Sampler
 	// flow samples from the velocity-model rollout role of the flow recipes.
 	flow *flowSampler
-	// candidates is AggreVaTe's number of candidate actions per state (0: not AggreVaTe).
-	candidates int
-	// gkd mixes on-policy and teacher-generated batches with gkd_lambda (GKD).
-	gkd bool
 	// retried is told of each failed generation that is retried (attempt 1
 	// is the first retry); an error it returns ends the rollout.
 	retried func(id, attempt int, err error) error
@@ -164,79 +162,65 @@ type rolloutGen struct {
 	workflow *workflowGen
 }
 
-// gkdOnPolicy draws whether GKD's rollout id is on-policy: true with
-// probability λ (GKD, Agarwal et al., 2024). The draw depends on the run's seed and
-// the rollout id only, so a resumed run, a retried generation and a rerun
-// all make the same choice; λ = 0 never and λ = 1 always draws true
-// (Float64 is in [0, 1)).
-func gkdOnPolicy(seed int, id int, lambda float64) bool {
-	return rand.New(rand.NewPCG(uint64(seed), uint64(id)^0x96d1a3b)).Float64() < lambda
+// strategy builds the rows of one rollout: which examples it draws, who
+// samples their completions and how they are scored. chooseStrategy picks
+// one from the contract of the trained role; each is in its own
+// rollout_<strategy>.go file.
+type strategy interface {
+	generate(g *rolloutGen, id int, seed uint64) (*batch, error)
+	// unit is the number of consecutive rows that train together (a
+	// preference pair, the candidate actions of a state); 1 otherwise.
+	unit() int
 }
 
-// generate builds rollout id's data. seed drives the sampler.
-func (g *rolloutGen) generate(id int, seed uint64) (*batch, error) {
-	k := g.rec.Knobs
-	switch g.kind {
+// chooseStrategy picks how the rollouts of a role with contract c are
+// built, from its data kind and flags and from what its advantage
+// estimator needs: no specialization is named here.
+func chooseStrategy(c specializations.Contract, k schema.Knobs, needs estimators.Needs) strategy {
+	switch c.Data {
 	case specializations.DataSFT:
-		return g.offline(k.RolloutBatchSize, tasks.KindSFT)
+		return offline{kind: tasks.KindSFT}
 	case specializations.DataPreference:
-		return g.offline(k.RolloutBatchSize, tasks.KindPreference)
+		return offline{kind: tasks.KindPreference}
 	case specializations.DataKTO:
-		return g.offline(k.RolloutBatchSize, tasks.KindKTO)
+		return offline{kind: tasks.KindKTO}
 	case specializations.DataFlow:
-		return flowSamples(g.feed.next(k.RolloutBatchSize*max(k.NSamplesPerPrompt, 1)), g.role)
+		return flowPoints{}
 	case specializations.DataFlowRL:
-		return g.flow.flowRollout(k, g.reward, g.role, seed)
+		return flowTrajectories{}
 	case specializations.DataRL, specializations.DataImitation:
-		if g.workflow != nil {
-			return g.workflowRollout(id, seed)
+		if c.CandidateActions {
+			return candidateActions{k: max(k.AggrevateCandidates, 1)}
 		}
-		if g.candidates > 0 {
-			return g.aggrevate(seed)
+		s := onPolicy{sampling: studentSamples{}, greedyBaseline: needs.GreedyBaseline}
+		switch {
+		case c.TeacherBatches:
+			s.sampling = teacherBatches{}
+		case c.Data == specializations.DataImitation:
+			s.sampling = teacherRows{}
 		}
-		return g.rl(id, seed)
+		return s
 	}
-	return nil, fmt.Errorf("data kind %q is not supported by stx run yet", g.kind)
+	return unsupported{kind: c.Data}
 }
 
-// offline lays out n dataset examples: SFT rows, (chosen, rejected) pairs, or
-// KTO rows followed by their mismatched rows.
-func (g *rolloutGen) offline(n int, kind tasks.Kind) (*batch, error) {
-	exs, err := tasks.ForKind(g.feed.next(n), kind)
-	if err != nil {
-		return nil, err
+// generate builds rollout id's data. seed drives the sampler. Multi-turn
+// episodes (task.workflow) take the place of single completions.
+func (g *rolloutGen) generate(id int, seed uint64) (*batch, error) {
+	if g.workflow != nil {
+		return g.workflowRollout(id, seed)
 	}
-	b := newRows()
-	for _, ex := range exs {
-		p := g.enc.prompt(ex.Prompt)
-		switch kind {
-		case tasks.KindPreference:
-			i := b.add(p, g.enc.completion(ex.Chosen), ex, g.role)
-			b.setRow(specializations.KeyChosen, i, 1)
-			j := b.add(p, g.enc.completion(ex.Rejected), ex, g.role)
-			b.setRow(specializations.KeyChosen, j, 0)
-		case tasks.KindKTO:
-			i := b.add(p, g.enc.completion(ex.Answer), ex, g.role)
-			label := 0.0
-			if ex.Label {
-				label = 1
-			}
-			b.setRow(specializations.KeyLabel, i, label)
-		default:
-			b.add(p, g.enc.completion(ex.Answer), ex, g.role)
-		}
-	}
-	data := b.r
-	if kind == tasks.KindKTO {
-		if data, err = specializations.AddKTOMismatched(data); err != nil {
-			return nil, err
-		}
-	}
-	if err := data.Validate(); err != nil {
-		return nil, fmt.Errorf("rollout data: %w", err)
-	}
-	return &batch{data: data, exs: b.exs, metrics: map[string]float64{}}, nil
+	return g.strategy.generate(g, id, seed)
 }
+
+// unsupported is the strategy of a data kind that stx run cannot generate.
+type unsupported struct{ kind specializations.DataKind }
+
+func (s unsupported) generate(*rolloutGen, int, uint64) (*batch, error) {
+	return nil, fmt.Errorf("data kind %q is not supported by stx run yet", s.kind)
+}
+
+func (unsupported) unit() int { return 1 }
 
 // sampleOptions are the rollout sampler's settings from the running knobs.
 func (g *rolloutGen) sampleOptions(seed uint64, greedy bool) runtime.SampleOptions {
@@ -250,532 +234,4 @@ func (g *rolloutGen) sampleOptions(seed uint64, greedy bool) runtime.SampleOptio
 	// their turn with a token (<|im_end|>, <|eot_id|>) other than EOS.
 	o.StopTokens = g.tok.StopTokens()
 	return o
-}
-
-// rl samples n_samples_per_prompt completions per prompt, scores them and
-// applies rejection / dynamic sampling (DAPO, Yu et al., 2025). A failed generation
-// is retried rollout_retries times before the run fails.
-func (g *rolloutGen) rl(id int, seed uint64) (*batch, error) {
-	k := g.rec.Knobs
-	dynamic := k.DynamicSampling
-	filter := k.FilterUniformGroups || k.MinTrajsPerGroup > 1 || k.MinPartialSolveTasks > 0
-	cfg := estimators.RejectionConfig{MinTrajsPerGroup: max(k.MinTrajsPerGroup, 1), FilterUniformGroups: k.FilterUniformGroups,
-		UniformTol: 1e-8, MinPartialSolveTasks: k.MinPartialSolveTasks}
-	if dynamic {
-		cfg.TrainBatchGroups = k.RolloutBatchSize
-		cfg.MaxGenBatches = max(k.MaxNumGenBatches, 1)
-	}
-	var acc *estimators.Accumulator
-	if dynamic {
-		var err error
-		if acc, err = estimators.NewAccumulator(cfg); err != nil {
-			return nil, fmt.Errorf("dynamic sampling: %w", err)
-		}
-	}
-	var parts []*batch
-	byTask := map[string][]int{} // task id → rows across parts
-	offset := 0
-	for gen := 0; ; gen++ {
-		b, err := g.sampleWithRetries(id, seed+uint64(gen)*1000003)
-		if err != nil {
-			return nil, err
-		}
-		parts = append(parts, b)
-		for i, t := range b.data.TaskID {
-			byTask[t] = append(byTask[t], offset+i)
-		}
-		offset += b.data.Len()
-		if !dynamic && !filter {
-			return b, nil
-		}
-		groups := toGroups(b.data)
-		if !dynamic {
-			rej, err := estimators.Reject(groups, cfg)
-			if err != nil {
-				return nil, err
-			}
-			out, err := keepGroups(parts, byTask, rej.Kept)
-			if err != nil {
-				return nil, err
-			}
-			for name, v := range rej.Metrics {
-				out.metrics[name] = v
-			}
-			return out, nil
-		}
-		rel, err := acc.Add(groups)
-		if err != nil {
-			return nil, err
-		}
-		if rel.Ready || rel.Skip {
-			out, err := keepGroups(parts, byTask, rel.Groups)
-			if err != nil {
-				return nil, err
-			}
-			for name, v := range rel.Metrics {
-				out.metrics[name] = v
-			}
-			return out, nil
-		}
-	}
-}
-
-// sampleWithRetries samples one batch, retrying a failed generation up to
-// rollout_retries times. A retry takes the same prompts (the data cursor is
-// rewound) with another sampling seed, so that a failure that depends on
-// the draw can pass while the data order stays that of a run without one.
-func (g *rolloutGen) sampleWithRetries(id int, seed uint64) (*batch, error) {
-	retries := g.rec.Knobs.RolloutRetries
-	cursor := g.feed.Cursor
-	for attempt := 0; ; attempt++ {
-		g.feed.Cursor = cursor
-		b, err := g.tryBatch(id, attempt, seed+uint64(attempt)*7)
-		if err == nil {
-			b.metrics["rollout/retries"] = float64(attempt)
-			return b, nil
-		}
-		if attempt >= retries {
-			return nil, fmt.Errorf("rollout %d: generation failed after %d retries (rollout_retries %d): %w", id+1, attempt, retries, err)
-		}
-		if g.retried != nil {
-			if err := g.retried(id, attempt+1, err); err != nil {
-				return nil, err
-			}
-		}
-	}
-}
-
-// tryBatch is one generation attempt.
-func (g *rolloutGen) tryBatch(id, attempt int, seed uint64) (*batch, error) {
-	if g.fault != nil {
-		if err := g.fault(id, attempt); err != nil {
-			return nil, err
-		}
-	}
-	return g.sampleBatch(id, seed)
-}
-
-// toGroups turns rows into estimator groups (one trajectory per row).
-func toGroups(d *estimators.Rollout) []estimators.Group {
-	var gs []estimators.Group
-	for _, idx := range d.Groups() {
-		g := estimators.Group{TaskID: d.TaskID[idx[0]], Role: d.Role[idx[0]], DataSource: d.DataSource[idx[0]]}
-		for _, i := range idx {
-			g.Trajectories = append(g.Trajectories, estimators.Trajectory{Reward: d.Reward[i], IsCorrect: d.Row[estimators.KeyIsCorrect][i] == 1})
-		}
-		gs = append(gs, g)
-	}
-	return gs
-}
-
-// keepGroups selects the rows of the kept groups (by task id) from parts.
-func keepGroups(parts []*batch, byTask map[string][]int, kept []estimators.Group) (*batch, error) {
-	var ds []*estimators.Rollout
-	out := &batch{metrics: map[string]float64{}}
-	var comps []string
-	for _, p := range parts {
-		ds = append(ds, p.data)
-		out.exs = append(out.exs, p.exs...)
-		comps = append(comps, p.completions...)
-		out.genTokens += p.genTokens
-		for name, v := range p.metrics {
-			out.metrics[name] = v
-		}
-	}
-	all, err := estimators.Concat(ds...)
-	if err != nil {
-		return nil, err
-	}
-	var idx []int
-	for _, g := range kept {
-		idx = append(idx, byTask[g.TaskID]...)
-	}
-	if out.data, err = all.Select(idx); err != nil {
-		return nil, err
-	}
-	exs, cs := out.exs, comps
-	out.exs, out.completions = nil, nil
-	for _, i := range idx {
-		out.exs = append(out.exs, exs[i])
-		out.completions = append(out.completions, cs[i])
-	}
-	return out, nil
-}
-
-// sampleBatch draws rollout_batch_size prompts and samples their groups.
-func (g *rolloutGen) sampleBatch(id int, seed uint64) (*batch, error) {
-	k := g.rec.Knobs
-	exs, err := tasks.ForKind(g.feed.next(k.RolloutBatchSize), tasks.KindRL)
-	if err != nil {
-		return nil, err
-	}
-	n := max(k.NSamplesPerPrompt, 1)
-	var prompts [][]int32
-	for _, ex := range exs {
-		p := g.enc.prompt(ex.Prompt)
-		for range n {
-			prompts = append(prompts, p)
-		}
-	}
-	// GKD's off-policy batches are the teacher's samples (trl's seq_kd), not
-	// the task's reference answers: the built-in tasks' answers are bare
-	// results in a format the teacher (trained elsewhere) need not share,
-	// while the teacher's own sequences are where its logits, which the
-	// loss matches, are most informative; and they exist for every task.
-	sampler, onPolicy := g.sampler, 1.0
-	if g.gkd && !gkdOnPolicy(k.Seed, id, k.GKDLambda) {
-		if g.teacher == nil {
-			return nil, fmt.Errorf("gkd needs a teacher role (init: teacher) for its off-policy batches")
-		}
-		sampler, onPolicy = g.teacher, 0
-	}
-	samples, err := sampler.Generate(prompts, g.sampleOptions(seed, false))
-	if err != nil {
-		return nil, fmt.Errorf("sample: %w", err)
-	}
-	var executedBy []float64
-	if g.kind == specializations.DataImitation {
-		if samples, executedBy, err = g.mixTeacher(id, seed, prompts, samples); err != nil {
-			return nil, err
-		}
-	}
-	b := newRows()
-	out := &batch{metrics: map[string]float64{}}
-	var stopped, lengthCut, length float64
-	lps := make([][]float32, 0, len(samples))
-	texts := make([]string, len(samples))
-	owners := make([]tasks.Example, len(samples))
-	for i, s := range samples {
-		texts[i], owners[i] = g.tok.Decode(s.Tokens), exs[i/n]
-	}
-	// One call for the whole rollout: external rewards score it as a batch.
-	rews, oks, terms, err := g.reward.ScoreTerms(texts, owners)
-	if err != nil {
-		return nil, err
-	}
-	if len(terms) > 1 {
-		// Each term's unweighted mean shows what a weighted sum hides.
-		for j, name := range g.reward.TermNames() {
-			s := 0.0
-			for _, v := range terms[j] {
-				s += v
-			}
-			out.metrics["reward/"+g.role+"/"+name] = s / float64(len(terms[j]))
-		}
-	}
-	for i, s := range samples {
-		ex := exs[i/n]
-		row := b.add(prompts[i], s.Tokens, ex, g.role)
-		text := texts[i]
-		rew, ok := rews[i], oks[i]
-		if math.IsNaN(rew) || math.IsInf(rew, 0) {
-			return nil, fmt.Errorf("reward of %q for task %s is %g", text, ex.ID, rew)
-		}
-		b.r.Reward[row] = rew
-		c := 0.0
-		if ok || rew >= k.CorrectThreshold {
-			c = 1
-		}
-		b.setRow(estimators.KeyIsCorrect, row, c)
-		lp := make([]float32, len(b.r.Tokens[row]))
-		copy(lp[len(prompts[i]):], s.LogProbs)
-		lps = append(lps, lp)
-		out.completions = append(out.completions, text)
-		out.genTokens += len(s.Tokens)
-		length += float64(len(s.Tokens))
-		if s.Stopped {
-			stopped++
-		} else {
-			lengthCut++
-		}
-	}
-	b.r.Tok[specializations.KeySamplerLogProbs] = lps
-	if executedBy != nil {
-		b.r.Row[specializations.KeyExecutedBy] = executedBy
-	}
-	if g.remax {
-		greedy, err := g.sampler.Generate(dedupe(prompts, n), g.sampleOptions(seed, true))
-		if err != nil {
-			return nil, fmt.Errorf("greedy baseline: %w", err)
-		}
-		gTexts := make([]string, len(greedy))
-		for j, s := range greedy {
-			gTexts[j] = g.tok.Decode(s.Tokens)
-		}
-		gRews, _, err := g.reward.ScoreBatch(gTexts, exs)
-		if err != nil {
-			return nil, fmt.Errorf("greedy baseline: %w", err)
-		}
-		for i := range samples {
-			b.setRow(estimators.KeyGreedyReward, i, gRews[i/n])
-		}
-		out.genTokens += len(greedy) * k.MaxNewTokens
-	}
-	N := float64(len(samples))
-	out.metrics["response_length/mean"] = length / N
-	out.metrics["termination/stop_frac"] = stopped / N
-	out.metrics["termination/length_frac"] = lengthCut / N
-	out.metrics["termination/error_frac"] = 0
-	if g.gkd {
-		// 1 when the student generated the batch, 0 when the teacher did;
-		// sampler_log_probs are then the teacher's (GKD does not read them).
-		out.metrics["gkd/on_policy"] = onPolicy
-	}
-	out.data, out.exs = b.r, b.exs
-	if err := out.data.Validate(); err != nil {
-		return nil, fmt.Errorf("rollout data: %w", err)
-	}
-	return out, nil
-}
-
-// dedupe keeps every n-th prompt (the distinct prompts of groups of n).
-func dedupe(prompts [][]int32, n int) [][]int32 {
-	var out [][]int32
-	for i := 0; i < len(prompts); i += n {
-		out = append(out, prompts[i])
-	}
-	return out
-}
-
-// rewardMetrics are the reward statistics of a batch's rows per role, named
-// as rLLM names them: reward/<role>/{mean,std,min,max}, plus
-// reward/<role>/correct_frac (the fraction of correct completions).
-func rewardMetrics(d *estimators.Rollout) map[string]float64 {
-	m := map[string]float64{}
-	if d.Len() == 0 || d.Reward == nil {
-		return m
-	}
-	correct := d.Row[estimators.KeyIsCorrect]
-	for _, role := range rowRoles(d) {
-		var xs, cs []float64
-		for i, r := range d.Reward {
-			if d.Role[i] == role {
-				xs = append(xs, r)
-				if correct != nil {
-					cs = append(cs, correct[i])
-				}
-			}
-		}
-		addMoments(m, "reward/"+role, xs, false)
-		if correct != nil {
-			t := 0.0
-			for _, v := range cs {
-				t += v
-			}
-			m["reward/"+role+"/correct_frac"] = t / float64(len(cs))
-		}
-	}
-	return m
-}
-
-// rowRoles are the distinct roles of d's rows, in order of appearance.
-func rowRoles(d *estimators.Rollout) []string {
-	var roles []string
-	seen := map[string]bool{}
-	for _, r := range d.Role {
-		if !seen[r] {
-			seen[r] = true
-			roles = append(roles, r)
-		}
-	}
-	return roles
-}
-
-// addMoments adds prefix/{mean,std,min,max} of xs (population std) and,
-// with zero, prefix/fraction_zero (|x| < estimators.ZeroAdvantageTol).
-func addMoments(m map[string]float64, prefix string, xs []float64, zero bool) {
-	if len(xs) == 0 {
-		return
-	}
-	s, ss, nz := 0.0, 0.0, 0.0
-	lo, hi := math.Inf(1), math.Inf(-1)
-	for _, v := range xs {
-		s += v
-		ss += v * v
-		lo, hi = min(lo, v), max(hi, v)
-		if math.Abs(v) < estimators.ZeroAdvantageTol {
-			nz++
-		}
-	}
-	n := float64(len(xs))
-	mean := s / n
-	m[prefix+"/mean"] = mean
-	m[prefix+"/std"] = math.Sqrt(max(ss/n-mean*mean, 0))
-	m[prefix+"/min"], m[prefix+"/max"] = lo, hi
-	if zero {
-		m[prefix+"/fraction_zero"] = nz / n
-	}
-}
-
-// advantageMetrics are statistics of the advantages over trainable tokens,
-// per role: advantage/<role>/{mean,std,min,max,fraction_zero}. (rLLM takes
-// one advantage per trajectory; over tokens is the same for broadcast
-// estimators such as GRPO up to length weighting, and also meaningful for
-// per-token ones such as GAE.)
-func advantageMetrics(d *estimators.Rollout) map[string]float64 {
-	adv, ok := d.Tok[estimators.KeyAdvantages]
-	perRow, rowOK := d.Row[estimators.KeyAdvantages] // one advantage per row (Flow-GRPO)
-	if !ok && !rowOK {
-		return nil
-	}
-	m := map[string]float64{}
-	for _, role := range rowRoles(d) {
-		var xs []float64
-		for i := range d.Len() {
-			if d.Role[i] != role {
-				continue
-			}
-			if !ok {
-				xs = append(xs, perRow[i])
-				continue
-			}
-			for t, a := range adv[i] {
-				if d.Mask[i][t] != 0 {
-					xs = append(xs, float64(a))
-				}
-			}
-		}
-		addMoments(m, "advantage/"+role, xs, true)
-	}
-	if len(m) == 0 {
-		return nil
-	}
-	return m
-}
-
-// mixTeacher lets the teacher execute each row with probability β of the
-// rollout (the β schedule of the mixed CE/K3 loss, drawn per row from seed): those
-// rows' completions come from the teacher's sampler, and executed_by is 1.
-func (g *rolloutGen) mixTeacher(id int, seed uint64, prompts [][]int32, student []runtime.Sample) ([]runtime.Sample, []float64, error) {
-	if g.teacher == nil {
-		return nil, nil, fmt.Errorf("imitation data needs a teacher role (init: teacher)")
-	}
-	k := g.rec.Knobs
-	beta, err := loss.BetaAt(loss.BetaSchedule{Start: k.BetaStart, End: k.BetaEnd, DecayRollouts: k.BetaDecayRollouts}, id)
-	if err != nil {
-		return nil, nil, err
-	}
-	teacher, err := g.teacher.Generate(prompts, g.sampleOptions(seed^0x7eac4e7, false))
-	if err != nil {
-		return nil, nil, fmt.Errorf("teacher sample: %w", err)
-	}
-	rng := rand.New(rand.NewPCG(seed, 0xe8ec))
-	out := make([]runtime.Sample, len(student))
-	exec := make([]float64, len(student))
-	for i := range student {
-		out[i] = student[i]
-		if rng.Float64() < beta {
-			out[i], exec[i] = teacher[i], 1
-		}
-	}
-	return out, exec, nil
-}
-
-// aggrevate builds AggreVaTe's states (Ross & Bagnell, 2014): for each of
-// rollout_batch_size × n_samples_per_prompt student rollouts, a state is the
-// prompt plus a prefix of the student's completion cut at a uniformly drawn
-// position; aggrevate_candidates actions are sampled from the student there;
-// the teacher completes each greedily, and the task reward of the completed
-// answer is the action's reward-to-go. Each state is a group of K rows with
-// mask 1 on the action token.
-func (g *rolloutGen) aggrevate(seed uint64) (*batch, error) {
-	if g.teacher == nil {
-		return nil, fmt.Errorf("aggrevate needs a teacher role (init: teacher)")
-	}
-	k := g.rec.Knobs
-	K := g.candidates
-	exs, err := tasks.ForKind(g.feed.next(k.RolloutBatchSize), tasks.KindRL)
-	if err != nil {
-		return nil, err
-	}
-	n := max(k.NSamplesPerPrompt, 1)
-	var prompts [][]int32
-	var owners []tasks.Example
-	for _, ex := range exs {
-		p := g.enc.prompt(ex.Prompt)
-		for range n {
-			prompts = append(prompts, p)
-			owners = append(owners, ex)
-		}
-	}
-	rolls, err := g.sampler.Generate(prompts, g.sampleOptions(seed, false))
-	if err != nil {
-		return nil, fmt.Errorf("sample: %w", err)
-	}
-	rng := rand.New(rand.NewPCG(seed, 0xa99e))
-	var prefixes [][]int32
-	var cuts []int
-	for i, s := range rolls {
-		t := rng.IntN(len(s.Tokens)) // the action replaces token t (an empty prefix when t = 0)
-		prefixes = append(prefixes, append(append([]int32{}, prompts[i]...), s.Tokens[:t]...))
-		cuts = append(cuts, t)
-	}
-	var candPrompts [][]int32
-	for _, p := range prefixes {
-		for range K {
-			candPrompts = append(candPrompts, p)
-		}
-	}
-	opt := g.sampleOptions(seed^0xca4d, false)
-	opt.MaxNewTokens = 1
-	cands, err := g.sampler.Generate(candPrompts, opt)
-	if err != nil {
-		return nil, fmt.Errorf("candidate actions: %w", err)
-	}
-	// The teacher completes every prefix + action that did not stop.
-	var contPrompts [][]int32
-	var contOf []int
-	for j, c := range cands {
-		rest := k.MaxNewTokens - cuts[j/K] - 1
-		if rest > 0 && !c.Stopped {
-			contPrompts = append(contPrompts, append(append([]int32{}, candPrompts[j]...), c.Tokens[0]))
-			contOf = append(contOf, j)
-		}
-	}
-	conts := make([][]int32, len(cands))
-	if len(contPrompts) > 0 {
-		copt := g.sampleOptions(seed, true)
-		copt.MaxNewTokens = max(k.MaxNewTokens-1, 1)
-		outs, err := g.teacher.Generate(contPrompts, copt)
-		if err != nil {
-			return nil, fmt.Errorf("teacher completion: %w", err)
-		}
-		for i, o := range outs {
-			j := contOf[i]
-			conts[j] = o.Tokens[:min(len(o.Tokens), k.MaxNewTokens-cuts[j/K]-1)]
-		}
-	}
-	b := newRows()
-	out := &batch{metrics: map[string]float64{}}
-	texts := make([]string, len(cands))
-	of := make([]tasks.Example, len(cands))
-	for j, c := range cands {
-		s := j / K
-		answer := append(append(append([]int32{}, rolls[s].Tokens[:cuts[s]]...), c.Tokens[0]), conts[j]...)
-		texts[j], of[j] = g.tok.Decode(answer), owners[s]
-	}
-	rews, oks, err := g.reward.ScoreBatch(texts, of)
-	if err != nil {
-		return nil, err
-	}
-	for j, c := range cands {
-		s := j / K
-		ex := owners[s]
-		ex.ID = fmt.Sprintf("%s#%d", ex.ID, s) // one group per state
-		row := b.add(prefixes[s], c.Tokens[:1], ex, g.role)
-		text := texts[j]
-		rew, ok := rews[j], oks[j]
-		b.r.Reward[row] = rew
-		b.setRow(estimators.KeyIsCorrect, row, map[bool]float64{true: 1}[ok || rew >= k.CorrectThreshold])
-		out.completions = append(out.completions, text)
-		out.genTokens += 1 + len(conts[j])
-	}
-	for _, r := range rolls {
-		out.genTokens += len(r.Tokens)
-	}
-	out.data, out.exs = b.r, b.exs
-	if err := out.data.Validate(); err != nil {
-		return nil, fmt.Errorf("rollout data: %w", err)
-	}
-	return out, nil
 }

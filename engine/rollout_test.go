@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"stx.dev/stx/engine/tasks"
-	"stx.dev/stx/estimators"
+	"stx.dev/stx/rollout"
 	"stx.dev/stx/runtime/tokenizer"
 )
 
@@ -58,7 +58,7 @@ func TestEncoder(t *testing.T) {
 }
 
 func TestReshuffleKeepsUnits(t *testing.T) {
-	d := &estimators.Rollout{}
+	d := &rollout.Rollout{}
 	for i := range 10 {
 		d.Tokens = append(d.Tokens, []int32{int32(i)})
 	}

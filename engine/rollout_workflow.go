@@ -10,6 +10,7 @@ import (
 	"stx.dev/stx/engine/tasks"
 	"stx.dev/stx/engine/workflow"
 	"stx.dev/stx/estimators"
+	"stx.dev/stx/rollout"
 	"stx.dev/stx/schema"
 )
 
@@ -238,7 +239,7 @@ func (w *workflowGen) rows(eps []*workflow.Episode, owners []tasks.Example, role
 			}
 			b.r.Reward[row] = R
 			b.r.Traj[row] = traj
-			b.setRow(estimators.KeyIsCorrect, row, c)
+			b.setRow(rollout.KeyIsCorrect, row, c)
 			b.setRow(KeyStepReward, row, st.Reward)
 			lp := make([]float32, len(b.r.Tokens[row]))
 			copy(lp[len(st.Action.PromptTokens):], st.Action.LogProbs)
@@ -250,7 +251,7 @@ func (w *workflowGen) rows(eps []*workflow.Episode, owners []tasks.Example, role
 		traj++
 	}
 	if b.r.Len() > 0 {
-		b.r.Tok[estimators.KeySamplerLogProbs] = lps
+		b.r.Tok[rollout.KeySamplerLogProbs] = lps
 	}
 	out.data, out.exs = b.r, b.exs
 	if err := out.data.Validate(); err != nil {
@@ -313,7 +314,7 @@ func rejectTrajectories(b *batch, k schema.Knobs) (*batch, error) {
 			pos[d.GroupID[i]] = gi
 			groups = append(groups, estimators.Group{TaskID: d.TaskID[i], Role: d.Role[i], DataSource: d.DataSource[i]})
 		}
-		groups[gi].Trajectories = append(groups[gi].Trajectories, estimators.Trajectory{Reward: d.Reward[i], IsCorrect: d.Row[estimators.KeyIsCorrect][i] == 1})
+		groups[gi].Trajectories = append(groups[gi].Trajectories, estimators.Trajectory{Reward: d.Reward[i], IsCorrect: d.Row[rollout.KeyIsCorrect][i] == 1})
 	}
 	rej, err := estimators.Reject(groups, estimators.RejectionConfig{MinTrajsPerGroup: max(k.MinTrajsPerGroup, 1),
 		FilterUniformGroups: k.FilterUniformGroups, UniformTol: 1e-8, MinPartialSolveTasks: k.MinPartialSolveTasks})
@@ -451,7 +452,7 @@ func (g *rolloutGen) workflowEval(val []tasks.Example, seed uint64) (map[string]
 // reshuffleTrajectories permutes whole trajectories (a workflow rollout's
 // rows of one episode stay together and in step order, which token-level
 // estimators such as GAE need).
-func reshuffleTrajectories(d *estimators.Rollout, seed uint64) (*estimators.Rollout, error) {
+func reshuffleTrajectories(d *rollout.Rollout, seed uint64) (*rollout.Rollout, error) {
 	var starts []int
 	for i := range d.Tokens {
 		if i == 0 || d.Traj[i] != d.Traj[i-1] {

@@ -7,6 +7,7 @@ import (
 	"stx.dev/stx/engine/tasks"
 	"stx.dev/stx/engine/workflow"
 	"stx.dev/stx/estimators"
+	"stx.dev/stx/rollout"
 	"stx.dev/stx/schema"
 )
 
@@ -60,8 +61,8 @@ func TestWorkflowRowsBroadcast(t *testing.T) {
 	if got := b.wf.firstRow; got[0] != 0 || got[1] != 3 || got[2] != -1 || got[3] != 5 || got[4] != -1 {
 		t.Errorf("first rows %v", got)
 	}
-	if d.Row[estimators.KeyIsCorrect][0] != 1 || d.Row[estimators.KeyIsCorrect][3] != 0 {
-		t.Errorf("is_correct %v", d.Row[estimators.KeyIsCorrect])
+	if d.Row[rollout.KeyIsCorrect][0] != 1 || d.Row[rollout.KeyIsCorrect][3] != 0 {
+		t.Errorf("is_correct %v", d.Row[rollout.KeyIsCorrect])
 	}
 	for name, want := range map[string]float64{"workflow/episodes": 5, "workflow/invalid": 2, "workflow/steps": 6,
 		"workflow/turns/mean": 7.0 / 5, "workflow/termination/done": 0.4, "workflow/termination/error": 0.2,
@@ -79,8 +80,8 @@ func TestWorkflowRowsBroadcast(t *testing.T) {
 	// over std 1 (a single trajectory has no baseline).
 	a := 1 / (1 + 2e-6)
 	wantAdv := []float64{a, a, a, -a, -a, 0.5 / (1 + 1e-6)}
-	adv := d.Tok[estimators.KeyAdvantages]
-	lp := d.Tok[estimators.KeySamplerLogProbs]
+	adv := d.Tok[rollout.KeyAdvantages]
+	lp := d.Tok[rollout.KeySamplerLogProbs]
 	for i := range d.Tokens {
 		for tok := range d.Tokens[i] {
 			want, wantLP := 0.0, 0.0

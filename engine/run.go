@@ -13,6 +13,7 @@ import (
 	"stx.dev/stx/engine/rundir"
 	"stx.dev/stx/engine/tasks"
 	"stx.dev/stx/estimators"
+	"stx.dev/stx/rollout"
 	"stx.dev/stx/runtime"
 	"stx.dev/stx/schema"
 	"stx.dev/stx/specializations"
@@ -268,7 +269,7 @@ func newLoop(rec *schema.Recipe, opts RunOptions, from *resumeFrom) (*loop, erro
 	}
 	if rollout.flow != nil {
 		l.gen = &rolloutGen{rec: rec, kind: kind, role: l.primary.name(), feed: &feeder{train: train, seed: uint64(k.Seed)},
-			reward: reward, flow: rollout.flow}
+			reward: reward, flow: rollout.flow, strategy: chooseStrategy(l.primary.node.Contract, k, estimators.Needs{})}
 		l.eval = &evaluator{gen: l.gen, task: task}
 		l.rng = rand.NewPCG(uint64(k.Seed), 0x5a3b1e)
 		l.wire(g)
@@ -289,7 +290,7 @@ func newLoop(rec *schema.Recipe, opts RunOptions, from *resumeFrom) (*loop, erro
 	}
 	l.gen = &rolloutGen{rec: rec, kind: kind, role: l.primary.name(), feed: &feeder{train: train, seed: uint64(k.Seed)},
 		enc: encoder{tok: tok, maxPrompt: k.MaxPromptTokens, templated: templated}, reward: reward, sampler: sampler, tok: tok,
-		remax: k.EstimatorFor(l.primary.name()) == estimators.ReMax, render: render}
+		render: render}
 	if err := l.gen.renderPrompts(train); err != nil {
 		return nil, fmt.Errorf("task %s: %w", rec.Task.Name, err)
 	}
@@ -298,11 +299,8 @@ func newLoop(rec *schema.Recipe, opts RunOptions, from *resumeFrom) (*loop, erro
 			return nil, fmt.Errorf("teacher sampler: %w", err)
 		}
 	}
-	l.gen.gkd = l.primary.node.Contract.Name == "gkd"
-	if l.primary.node.Contract.Name == "aggrevate" {
-		l.gen.candidates = max(k.AggrevateCandidates, 1)
-		l.unit = l.gen.candidates
-	}
+	l.gen.strategy = chooseStrategy(l.primary.node.Contract, k, estimators.NeedsOf(k.EstimatorFor(l.primary.name())))
+	l.unit = max(l.unit, l.gen.strategy.unit())
 	if w := rec.Task.Workflow; w != nil {
 		if l.gen.workflow, err = newWorkflowGen(w, rollout.model.Config.MaxPositions); err != nil {
 			return nil, err
@@ -646,7 +644,7 @@ func (l *loop) generate(id int) (*batch, error) {
 		if rr == nil || rr.self == nil {
 			return nil, fmt.Errorf("task.reward_role %q is not a role that produces rewards", name)
 		}
-		if err := produceInto(rr.self, b.data, l.batchOptions(rr, id), []string{specializations.KeyRewards}, []string{specializations.KeyRewards}); err != nil {
+		if err := produceInto(rr.self, b.data, l.batchOptions(rr, id), []string{rollout.KeyRewards}, []string{rollout.KeyRewards}); err != nil {
 			return nil, fmt.Errorf("reward role %q: %w", name, err)
 		}
 	}
@@ -681,7 +679,7 @@ func (l *loop) skip(id int, b *batch) error {
 // trainPasses takes num_train_passes train steps on rollout id's data d,
 // each pass after the first on d reshuffled with a seed of the run, the
 // rollout and the pass; it stops at total_batches.
-func (l *loop) trainPasses(id int, d *estimators.Rollout) (trained, error) {
+func (l *loop) trainPasses(id int, d *rollout.Rollout) (trained, error) {
 	k := l.rec.Knobs
 	var out trained
 	for pass := range max(k.NumTrainPasses, 1) {
@@ -779,7 +777,7 @@ func withoutStep(m map[string]float64) map[string]float64 {
 }
 
 // reshuffle permutes the rows of d by whole units (pairs stay together).
-func (l *loop) reshuffle(d *estimators.Rollout, seed uint64) (*estimators.Rollout, error) {
+func (l *loop) reshuffle(d *rollout.Rollout, seed uint64) (*rollout.Rollout, error) {
 	if l.gen != nil && l.gen.workflow != nil {
 		return reshuffleTrajectories(d, seed)
 	}

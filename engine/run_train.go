@@ -10,7 +10,7 @@ import (
 	"github.com/gomlx/gomlx/pkg/core/tensors"
 
 	"stx.dev/stx/engine/rundir"
-	"stx.dev/stx/estimators"
+	"stx.dev/stx/rollout"
 	"stx.dev/stx/runtime"
 	"stx.dev/stx/specializations"
 )
@@ -55,7 +55,7 @@ func (e *env) batchOptions(r *role, id int) specializations.BatchOptions {
 // step is one train step of the outer loop: the inject syncs in dependency order,
 // then every trainable role trains on the data (roles sharing a pool one
 // after another, pools concurrently).
-func (tr *trainer) step(id, pass int, d *estimators.Rollout) (trained, error) {
+func (tr *trainer) step(id, pass int, d *rollout.Rollout) (trained, error) {
 	tr.rowAdv = nil
 	t := time.Now()
 	d, err := d.Select(seq(d.Len())) // syncs write into a copy: pass 0's data stays as generated
@@ -196,13 +196,13 @@ func seq(n int) []int {
 }
 
 // hasKey reports whether data holds key k (wide columns included).
-func hasKey(d *estimators.Rollout, k string) bool {
+func hasKey(d *rollout.Rollout, k string) bool {
 	switch k {
-	case specializations.KeyTokens:
+	case rollout.KeyTokens:
 		return d.Tokens != nil
-	case specializations.KeyLossMask:
+	case rollout.KeyLossMask:
 		return d.Mask != nil
-	case specializations.KeyRewards:
+	case rollout.KeyRewards:
 		return d.Reward != nil
 	}
 	for _, name := range []string{k, specializations.WideName(k, 0)} {
@@ -219,14 +219,14 @@ func hasKey(d *estimators.Rollout, k string) bool {
 // trainRole prepares a role's view of the data (its in-role reference's
 // log-probs, its own rollout-time outputs, advantages over the whole rollout)
 // and takes one optimizer step per mini-batch.
-func (tr *trainer) trainRole(r *role, d *estimators.Rollout, id int) ([]runtime.StepResult, map[string]float64, error) {
+func (tr *trainer) trainRole(r *role, d *rollout.Rollout, id int) ([]runtime.StepResult, map[string]float64, error) {
 	rd, err := d.Select(seq(d.Len()))
 	if err != nil {
 		return nil, nil, err
 	}
 	opts := tr.batchOptions(r, id)
 	if r.ref != nil {
-		if err := produceInto(r.ref, rd, opts, []string{specializations.KeyLogProbs}, []string{specializations.KeyRefLogProbs}); err != nil {
+		if err := produceInto(r.ref, rd, opts, []string{rollout.KeyLogProbs}, []string{rollout.KeyRefLogProbs}); err != nil {
 			return nil, nil, fmt.Errorf("role %q reference: %w", r.name(), err)
 		}
 	}
@@ -258,8 +258,8 @@ func (tr *trainer) trainRole(r *role, d *estimators.Rollout, id int) ([]runtime.
 // stepMiniBatches cuts rd, in order, into the mini-batches of rowsPerStep rows (all of rd when
 // that is 0), prepares each one's micro-batches with prepare and takes one optimizer step on
 // them with step; it stops after a step whose loss or gradient is not finite.
-func (tr *trainer) stepMiniBatches(r *role, rd *estimators.Rollout, opts specializations.BatchOptions,
-	prepare func(*estimators.Rollout, specializations.BatchOptions) ([]map[string]*tensors.Tensor, error),
+func (tr *trainer) stepMiniBatches(r *role, rd *rollout.Rollout, opts specializations.BatchOptions,
+	prepare func(*rollout.Rollout, specializations.BatchOptions) ([]map[string]*tensors.Tensor, error),
 	step func([]map[string]*tensors.Tensor) (runtime.StepResult, error)) ([]runtime.StepResult, error) {
 	per := tr.rowsPerStep()
 	if per <= 0 {
@@ -293,8 +293,8 @@ func (tr *trainer) stepMiniBatches(r *role, rd *estimators.Rollout, opts special
 
 // rowAdvantages is each row's advantage for the episode log: the mean over
 // its trainable tokens (outcome estimators broadcast one value to them all).
-func rowAdvantages(d *estimators.Rollout) []float64 {
-	adv, ok := d.Tok[estimators.KeyAdvantages]
+func rowAdvantages(d *rollout.Rollout) []float64 {
+	adv, ok := d.Tok[rollout.KeyAdvantages]
 	if !ok {
 		return nil
 	}

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"math"
 	"slices"
+
+	"stx.dev/stx/rollout"
 )
 
 // Step is one model call of a trajectory: its full token sequence (prompt then response).
@@ -454,20 +456,20 @@ func toFloat32(x []float64) []float32 {
 	return out
 }
 
-// ToRollout lays the steps of groups out as Rollout rows, in group, trajectory, step order.
+// ToRollout lays the steps of groups out as rollout.Rollout rows, in group, trajectory, step order.
 // GroupID is "<task id>/<role>", Traj numbers trajectories across all groups, Reward is the
-// trajectory reward, Row[KeyIsCorrect] is 1 or 0, Row[KeyGreedyReward] is set when every group
-// has a greedy reward, and Tok[KeyValues] (Tok[KeyTokenRewards]) when every step has values
-// (token rewards). With a non-nil res (from Collect on the same groups), Tok[KeyAdvantages] holds the
-// advantages and, when res has returns, Tok[KeyReturns] the returns (0 for steps without).
-func ToRollout(groups []Group, res *Result) (*Rollout, error) {
+// trajectory reward, Row[rollout.KeyIsCorrect] is 1 or 0, Row[rollout.KeyGreedyReward] is set when every group
+// has a greedy reward, and Tok[rollout.KeyValues] (Tok[rollout.KeyTokenRewards]) when every step has values
+// (token rewards). With a non-nil res (from Collect on the same groups), Tok[rollout.KeyAdvantages] holds the
+// advantages and, when res has returns, Tok[rollout.KeyReturns] the returns (0 for steps without).
+func ToRollout(groups []Group, res *Result) (*rollout.Rollout, error) {
 	if err := checkGroups(groups); err != nil {
 		return nil, err
 	}
 	if res != nil && len(res.Advantages) != len(groups) {
 		return nil, fmt.Errorf("to rollout: result has %d groups, want %d", len(res.Advantages), len(groups))
 	}
-	r := &Rollout{
+	r := &rollout.Rollout{
 		Tokens:     [][]int32{},
 		PromptLen:  []int{},
 		Mask:       [][]float32{},
@@ -477,7 +479,7 @@ func ToRollout(groups []Group, res *Result) (*Rollout, error) {
 		Role:       []string{},
 		DataSource: []string{},
 		Traj:       []int{},
-		Row:        map[string][]float64{KeyIsCorrect: {}},
+		Row:        map[string][]float64{rollout.KeyIsCorrect: {}},
 		Tok:        map[string][][]float32{},
 	}
 	var adv, ret, vals, shaping [][]float32
@@ -506,7 +508,7 @@ func ToRollout(groups []Group, res *Result) (*Rollout, error) {
 				r.Role = append(r.Role, grp.Role)
 				r.DataSource = append(r.DataSource, grp.DataSource)
 				r.Traj = append(r.Traj, traj)
-				r.Row[KeyIsCorrect] = append(r.Row[KeyIsCorrect], correct)
+				r.Row[rollout.KeyIsCorrect] = append(r.Row[rollout.KeyIsCorrect], correct)
 				if grp.GreedyReward != nil {
 					greedy = append(greedy, *grp.GreedyReward)
 				} else {
@@ -533,18 +535,18 @@ func ToRollout(groups []Group, res *Result) (*Rollout, error) {
 		}
 	}
 	if allValues && len(vals) > 0 {
-		r.Tok[KeyValues] = vals
+		r.Tok[rollout.KeyValues] = vals
 	}
 	if allGreedy && len(greedy) > 0 {
-		r.Row[KeyGreedyReward] = greedy
+		r.Row[rollout.KeyGreedyReward] = greedy
 	}
 	if allShaping && len(shaping) > 0 {
-		r.Tok[KeyTokenRewards] = shaping
+		r.Tok[rollout.KeyTokenRewards] = shaping
 	}
 	if res != nil {
-		r.Tok[KeyAdvantages] = adv
+		r.Tok[rollout.KeyAdvantages] = adv
 		if res.Returns != nil {
-			r.Tok[KeyReturns] = ret
+			r.Tok[rollout.KeyReturns] = ret
 		}
 	}
 	if err := r.Validate(); err != nil {

@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"stx.dev/stx/rollout"
 )
 
 func step(prompt, response int) Step {
@@ -291,20 +293,20 @@ func TestToRollout(t *testing.T) {
 	}
 	if !slices.Equal(r.Traj, []int{0, 0, 1, 2}) || !slices.Equal(r.Reward, []float64{1, 1, 0, 0.25}) ||
 		!slices.Equal(r.GroupID, []string{"q1/policy", "q1/policy", "q1/policy", "q2/policy"}) ||
-		!slices.Equal(r.Row[KeyIsCorrect], []float64{1, 1, 0, 0}) ||
+		!slices.Equal(r.Row[rollout.KeyIsCorrect], []float64{1, 1, 0, 0}) ||
 		!slices.Equal(r.DataSource, []string{"gsm8k", "gsm8k", "gsm8k", "math"}) {
-		t.Errorf("columns: traj %v reward %v group %v correct %v source %v", r.Traj, r.Reward, r.GroupID, r.Row[KeyIsCorrect], r.DataSource)
+		t.Errorf("columns: traj %v reward %v group %v correct %v source %v", r.Traj, r.Reward, r.GroupID, r.Row[rollout.KeyIsCorrect], r.DataSource)
 	}
 	wantAdv := [][]float32{{0, 0.5, 0.5}, {0, 0, 0, 0.5}, {0, -0.5, -0.5}, {0, 0, 0, -0.25}}
 	for i, w := range wantAdv {
-		if !slices.Equal(r.Tok[KeyAdvantages][i], w) {
-			t.Errorf("row %d advantages %v, want %v", i, r.Tok[KeyAdvantages][i], w)
+		if !slices.Equal(r.Tok[rollout.KeyAdvantages][i], w) {
+			t.Errorf("row %d advantages %v, want %v", i, r.Tok[rollout.KeyAdvantages][i], w)
 		}
 	}
-	if _, ok := r.Tok[KeyReturns]; ok {
+	if _, ok := r.Tok[rollout.KeyReturns]; ok {
 		t.Error("returns column without a GAE role")
 	}
-	if _, ok := r.Tok[KeyValues]; ok {
+	if _, ok := r.Tok[rollout.KeyValues]; ok {
 		t.Error("values column without values")
 	}
 	// The rollout does not alias the groups.

@@ -18,25 +18,25 @@ const (
 )
 
 func init() {
-	MustRegister(NewOutcome(GRPO, func(r, _ [][]float64, cfg Config) ([][]float64, error) {
+	MustRegister(WithNeeds(NewOutcome(GRPO, func(r, _ [][]float64, cfg Config) ([][]float64, error) {
 		return GRPOAdvantages(r, cfg.NormByStd, cfg.Epsilon, cfg.StdDDOF), nil
-	}))
-	MustRegister(NewOutcome(DrGRPO, func(r, _ [][]float64, cfg Config) ([][]float64, error) {
+	}), Needs{Groups: true}))
+	MustRegister(WithNeeds(NewOutcome(DrGRPO, func(r, _ [][]float64, cfg Config) ([][]float64, error) {
 		return GRPOAdvantages(r, false, cfg.Epsilon, cfg.StdDDOF), nil
-	}))
+	}), Needs{Groups: true}))
 	MustRegister(NewOutcome(Reinforce, func(r, _ [][]float64, _ Config) ([][]float64, error) {
 		return ReinforceAdvantages(r), nil
 	}))
-	MustRegister(NewOutcome(ReinforcePPBaseline, func(r, _ [][]float64, cfg Config) ([][]float64, error) {
+	MustRegister(WithNeeds(NewOutcome(ReinforcePPBaseline, func(r, _ [][]float64, cfg Config) ([][]float64, error) {
 		return ReinforcePPBaselineAdvantages(r, cfg.Epsilon, cfg.StdDDOF), nil
-	}))
-	MustRegister(NewOutcome(RLOO, func(r, _ [][]float64, _ Config) ([][]float64, error) {
+	}), Needs{Groups: true}))
+	MustRegister(WithNeeds(NewOutcome(RLOO, func(r, _ [][]float64, _ Config) ([][]float64, error) {
 		return RLOOAdvantages(r), nil
-	}))
-	MustRegister(NewOutcome(ReMax, func(r, b [][]float64, _ Config) ([][]float64, error) {
+	}), Needs{Groups: true}))
+	MustRegister(WithNeeds(NewOutcome(ReMax, func(r, b [][]float64, _ Config) ([][]float64, error) {
 		return ReMaxAdvantages(r, b)
-	}))
-	MustRegister(gaeEstimator{})
+	}), Needs{GreedyBaseline: true}))
+	MustRegister(WithNeeds(gaeEstimator{}, Needs{Values: true}))
 	MustRegister(precomputedEstimator{})
 }
 

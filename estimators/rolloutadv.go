@@ -3,26 +3,24 @@ package estimators
 import (
 	"fmt"
 	"math"
+
+	"stx.dev/stx/rollout"
 )
 
-// KeyGreedyReward is the per-row column holding the reward of the greedy rollout of the row's
-// prompt (ReMax's baseline), read by RolloutAdvantages.
-const KeyGreedyReward = "greedy_reward"
-
-// RolloutAdvantages runs the estimator cfg.Name on one role's Rollout, for specializations and
+// RolloutAdvantages runs the estimator cfg.Name on one role's rollout.Rollout, for specializations and
 // engine stages that work on rows rather than on trajectory groups (for example a PPO actor
-// whose critic values arrive through a sync). It sets r.Tok[KeyAdvantages] and, for
-// estimators that produce them, r.Tok[KeyReturns], and returns the estimator's warnings.
+// whose critic values arrive through a sync). It sets r.Tok[rollout.KeyAdvantages] and, for
+// estimators that produce them, r.Tok[rollout.KeyReturns], and returns the estimator's warnings.
 //
 // Rows of one trajectory share a Traj value (without a Traj column every row is a trajectory);
 // a trajectory's reward is its first row's Reward. Outcome estimators group trajectories by
 // GroupID (without one, every trajectory is its own group), read baselines from
-// Row[KeyGreedyReward], and broadcast the advantage over Mask. Token estimators see the rows as
-// they are: values from Tok[KeyValues], per-token shaping from Tok[KeyTokenRewards] plus the
+// Row[rollout.KeyGreedyReward], and broadcast the advantage over Mask. Token estimators see the rows as
+// they are: values from Tok[rollout.KeyValues], per-token shaping from Tok[rollout.KeyTokenRewards] plus the
 // trajectory reward on the trajectory's last trainable token, supplied advantages (for
-// "precomputed") from Tok[KeyAdvantages]; their rows of a trajectory must be consecutive.
+// "precomputed") from Tok[rollout.KeyAdvantages]; their rows of a trajectory must be consecutive.
 // Without a Mask column, response tokens (after PromptLen) are trainable.
-func RolloutAdvantages(r *Rollout, cfg Config) ([]string, error) {
+func RolloutAdvantages(r *rollout.Rollout, cfg Config) ([]string, error) {
 	if err := r.Validate(); err != nil {
 		return nil, err
 	}
@@ -56,7 +54,7 @@ func RolloutAdvantages(r *Rollout, cfg Config) ([]string, error) {
 	if err != nil {
 		return nil, fmt.Errorf("rollout advantages: %w", err)
 	}
-	if err := r.SetTok(KeyAdvantages, out.TokenAdvantages32()); err != nil {
+	if err := r.SetTok(rollout.KeyAdvantages, out.TokenAdvantages32()); err != nil {
 		return nil, fmt.Errorf("rollout advantages: %w", err)
 	}
 	if out.Returns != nil {
@@ -64,7 +62,7 @@ func RolloutAdvantages(r *Rollout, cfg Config) ([]string, error) {
 		for b := range out.Returns {
 			ret[b] = toFloat32(out.Returns[b])
 		}
-		if err := r.SetTok(KeyReturns, ret); err != nil {
+		if err := r.SetTok(rollout.KeyReturns, ret); err != nil {
 			return nil, fmt.Errorf("rollout advantages: %w", err)
 		}
 	}
@@ -80,7 +78,7 @@ func (o Output) TokenAdvantages32() [][]float32 {
 	return out
 }
 
-func rolloutMask(r *Rollout) [][]float64 {
+func rolloutMask(r *rollout.Rollout) [][]float64 {
 	mask := make([][]float64, r.Len())
 	for b, toks := range r.Tokens {
 		mask[b] = make([]float64, len(toks))
@@ -98,12 +96,12 @@ func rolloutMask(r *Rollout) [][]float64 {
 
 // rolloutOutcome groups the rollout's trajectories, runs an outcome estimator and broadcasts
 // each trajectory's advantage over its rows' masks (as TokenAdvantages of the returned Output).
-func rolloutOutcome(r *Rollout, est Estimator, cfg Config, traj []int, mask [][]float64) (Output, error) {
+func rolloutOutcome(r *rollout.Rollout, est Estimator, cfg Config, traj []int, mask [][]float64) (Output, error) {
 	type pos struct{ g, i int }
 	trajPos := map[int]pos{}
 	groupOf := map[string]int{}
 	var in Input
-	greedy := r.Row[KeyGreedyReward]
+	greedy := r.Row[rollout.KeyGreedyReward]
 	for b := range r.Tokens {
 		if _, ok := trajPos[traj[b]]; ok {
 			continue
@@ -149,11 +147,11 @@ func rolloutOutcome(r *Rollout, est Estimator, cfg Config, traj []int, mask [][]
 	return res, nil
 }
 
-func rolloutToken(r *Rollout, est Estimator, cfg Config, traj []int, mask [][]float64) (Output, error) {
+func rolloutToken(r *rollout.Rollout, est Estimator, cfg Config, traj []int, mask [][]float64) (Output, error) {
 	n := r.Len()
 	in := Input{Mask: mask, Traj: traj, PromptLen: r.PromptLen,
 		TokenRewards: make([][]float64, n), Values: make([][]float64, n), Supplied: make([]*Advantage, n)}
-	shaping, values, supplied := r.Tok[KeyTokenRewards], r.Tok[KeyValues], r.Tok[KeyAdvantages]
+	shaping, values, supplied := r.Tok[rollout.KeyTokenRewards], r.Tok[rollout.KeyValues], r.Tok[rollout.KeyAdvantages]
 	seen := map[int]bool{}
 	for b := range n {
 		if b > 0 && traj[b] != traj[b-1] && seen[traj[b]] {

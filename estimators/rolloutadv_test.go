@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"stx.dev/stx/rollout"
 )
 
 // randomGroups builds groups of multi-step trajectories with masks that skip observation tokens,
@@ -81,14 +83,14 @@ func TestRolloutAdvantagesMatchesCollect(t *testing.T) {
 						}
 					}
 				}
-				if err := got.SetTok(KeyAdvantages, sup); err != nil {
+				if err := got.SetTok(rollout.KeyAdvantages, sup); err != nil {
 					t.Fatal(err)
 				}
 			}
 			if _, err := RolloutAdvantages(got, cfg); err != nil {
 				t.Fatalf("trial %d %s: %v", trial, name, err)
 			}
-			for _, key := range []string{KeyAdvantages, KeyReturns} {
+			for _, key := range []string{rollout.KeyAdvantages, rollout.KeyReturns} {
 				w, g := want.Tok[key], got.Tok[key]
 				if (w == nil) != (g == nil) {
 					t.Fatalf("trial %d %s: column %s present in Collect %v, in RolloutAdvantages %v", trial, name, key, w != nil, g != nil)
@@ -122,17 +124,17 @@ func TestRolloutAdvantagesShuffledRows(t *testing.T) {
 		t.Fatal(err)
 	}
 	for j, i := range perm {
-		if !slices.Equal(shuffled.Tok[KeyAdvantages][j], r.Tok[KeyAdvantages][i]) {
+		if !slices.Equal(shuffled.Tok[rollout.KeyAdvantages][j], r.Tok[rollout.KeyAdvantages][i]) {
 			t.Fatalf("shuffled row %d (row %d) differs", j, i)
 		}
 	}
 	// GAE needs the rows of a trajectory together and in order.
 	cfg.Name = GAE
-	split := &Rollout{
+	split := &rollout.Rollout{
 		Tokens: [][]int32{{1, 2}, {3, 4}, {5, 6}},
 		Reward: []float64{1, 0, 1},
 		Traj:   []int{0, 1, 0},
-		Tok:    map[string][][]float32{KeyValues: {{0, 0}, {0, 0}, {0, 0}}},
+		Tok:    map[string][][]float32{rollout.KeyValues: {{0, 0}, {0, 0}, {0, 0}}},
 	}
 	if _, err := RolloutAdvantages(split, cfg); err == nil || !strings.Contains(err.Error(), "not consecutive") {
 		t.Errorf("split trajectory: err = %v", err)

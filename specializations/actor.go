@@ -7,9 +7,29 @@ import (
 	"github.com/gomlx/gomlx/pkg/core/tensors"
 
 	"stx.dev/stx/estimators"
+	"stx.dev/stx/rollout"
 	"stx.dev/stx/runtime"
 	"stx.dev/stx/specializations/loss"
 )
+
+func init() {
+	MustRegister(Contract{
+		Name: "actor", Data: DataRL, TISCap: true, Estimator: true,
+		Doc: "policy-gradient actor: PPO/GSPO/CISPO/IS/DRO/PG losses (Schulman et al., 2017; Zheng et al., 2025; MiniMax, 2025), KL k1/k2/k3 (Schulman, 2020), entropy",
+		Requires: func(c RoleConfig) []string {
+			extra := []string{rollout.KeyRewards, rollout.KeySamplerLogProbs}
+			if c.Knobs.UseKLLoss || c.Knobs.UseKLInReward {
+				extra = append(extra, rollout.KeyRefLogProbs)
+			}
+			if estimators.NeedsOf(c.Knobs.EstimatorFor(c.Role.Name)).Values {
+				extra = append(extra, rollout.KeyValues)
+			}
+			return trainOnly(c, lmForward, extra...)
+		},
+		Produces: func(c RoleConfig) []string { return withRef(c, rollout.KeyLogProbs) },
+		New:      func(c RoleConfig) (Specialization, error) { return newActor(c) },
+	})
+}
 
 // Batch keys of hot-reloadable actor coefficients and clip bounds: scalar graph
 // inputs, so a hot edit reaches the compiled loss without recompiling it.
@@ -25,7 +45,7 @@ const (
 	bCISPOClipHigh      = "cispo_clip_high"
 )
 
-// Actor is the policy-gradient actor (PPO, Schulman et al., 2017, and its variants): L = L_pg + kl_loss_coef·agg(KL)
+// actor is the policy-gradient actor (PPO, Schulman et al., 2017, and its variants): L = L_pg + kl_loss_coef·agg(KL)
 // − entropy_coef·agg(H), with L_pg one of ppo (clip-higher, optional dual clip), gspo,
 // cispo, importance_sampling, dro (both tinker's) or pg; KL to the reference (k1/k2/k3,
 // Schulman, 2020) as a loss term or folded into the reward;
@@ -33,20 +53,20 @@ const (
 // sampler (sampler_log_probs): one pass over fresh rollouts. Metrics: clipfrac, ppo_kl
 // (approximate KL to the behaviour policy), ratio_mean/max/min (ppo), pg_loss, entropy,
 // kl_loss (with use_kl_loss).
-type Actor struct {
+type actor struct {
 	lmBase
 	policy string
 	kl     loss.KLConfig
 }
 
-// NewActor builds the actor specialization from the role's knobs.
-func NewActor(cfg RoleConfig) (*Actor, error) {
+// newActor builds the actor specialization from the role's knobs.
+func newActor(cfg RoleConfig) (*actor, error) {
 	b, err := newLMBase("actor", cfg)
 	if err != nil {
 		return nil, err
 	}
 	b.tempered = true
-	a := &Actor{lmBase: b, policy: cfg.Knobs.PolicyLoss,
+	a := &actor{lmBase: b, policy: cfg.Knobs.PolicyLoss,
 		kl: loss.KLConfig{Estimator: loss.KLEstimator(cfg.Knobs.KLEstimator), Grad: loss.GradForm(cfg.Knobs.KLGrad)}}
 	switch a.policy {
 	case "":
@@ -65,7 +85,7 @@ func NewActor(cfg RoleConfig) (*Actor, error) {
 }
 
 // estimatorConfig maps the recipe's knobs to the role's estimator.
-func (a *Actor) estimatorConfig() estimators.Config {
+func (a *actor) estimatorConfig() estimators.Config {
 	k := a.cfg.Knobs
 	c := estimators.Config{Name: k.EstimatorFor(a.cfg.Role.Name), NormByStd: k.NormAdvByStd, Epsilon: k.AdvEpsilon,
 		StdDDOF: k.StdDDOF, Gamma: k.Gamma, Lambda: k.Lambda, Whiten: k.WhitenAdvantages,
@@ -82,16 +102,16 @@ func (a *Actor) estimatorConfig() estimators.Config {
 // outcome estimators. It writes data's advantages (and returns) columns and, with the KL
 // penalty, replaces data.Reward or the token_rewards column: pass a copy to keep the
 // original.
-func (a *Actor) ComputeAdvantages(data *estimators.Rollout) ([]string, error) {
+func (a *actor) ComputeAdvantages(data *rollout.Rollout) ([]string, error) {
 	cfg := a.estimatorConfig()
 	if a.cfg.Knobs.UseKLInReward {
 		est, err := estimators.Get(cfg.Name)
 		if err != nil {
 			return nil, fmt.Errorf("actor: %w", err)
 		}
-		lp, ref := data.Tok[KeySamplerLogProbs], data.Tok[KeyRefLogProbs]
+		lp, ref := data.Tok[rollout.KeySamplerLogProbs], data.Tok[rollout.KeyRefLogProbs]
 		if lp == nil || ref == nil {
-			return nil, fmt.Errorf("actor: use_kl_in_reward needs %q and %q", KeySamplerLogProbs, KeyRefLogProbs)
+			return nil, fmt.Errorf("actor: use_kl_in_reward needs %q and %q", rollout.KeySamplerLogProbs, rollout.KeyRefLogProbs)
 		}
 		zeros := make([][]float64, data.Len())
 		for b := range zeros {
@@ -107,13 +127,13 @@ func (a *Actor) ComputeAdvantages(data *estimators.Rollout) ([]string, error) {
 				shaping[b] = make([]float32, len(row))
 				for t, v := range row {
 					old := float32(0)
-					if tr := data.Tok[estimators.KeyTokenRewards]; tr != nil {
+					if tr := data.Tok[rollout.KeyTokenRewards]; tr != nil {
 						old = tr[b][t]
 					}
 					shaping[b][t] = old + float32(v)*data.Mask[b][t]
 				}
 			}
-			data.Tok[estimators.KeyTokenRewards] = shaping
+			data.Tok[rollout.KeyTokenRewards] = shaping
 		} else {
 			rewards := make([]float64, data.Len())
 			for b, row := range pen {
@@ -134,11 +154,11 @@ func (a *Actor) ComputeAdvantages(data *estimators.Rollout) ([]string, error) {
 
 // PrepareBatch reads tokens, loss_mask, rewards (through the estimator, unless the rollout
 // already holds advantages), sampler_log_probs, ref_log_probs (KL) and values (GAE).
-func (a *Actor) PrepareBatch(data *estimators.Rollout, opts BatchOptions) ([]map[string]*tensors.Tensor, error) {
+func (a *actor) PrepareBatch(data *rollout.Rollout, opts BatchOptions) ([]map[string]*tensors.Tensor, error) {
 	if mbs, done, err := a.frozenOrChecked(data, opts); done {
 		return mbs, err
 	}
-	if _, ok := data.Tok[estimators.KeyAdvantages]; !ok {
+	if _, ok := data.Tok[rollout.KeyAdvantages]; !ok {
 		data = shallowCopy(data)
 		if _, err := a.ComputeAdvantages(data); err != nil {
 			return nil, err
@@ -147,10 +167,10 @@ func (a *Actor) PrepareBatch(data *estimators.Rollout, opts BatchOptions) ([]map
 	k := a.cfg.Knobs
 	mbs, err := a.lmBatches(data, opts, 1, func(mb map[string]*tensors.Tensor, rows []int) error {
 		T := mb[bTokens].Shape().Dimensions[1]
-		mb[KeySamplerLogProbs] = shiftedTok(data.Tok[KeySamplerLogProbs], rows, T)
-		mb[estimators.KeyAdvantages] = shiftedTok(data.Tok[estimators.KeyAdvantages], rows, T)
+		mb[rollout.KeySamplerLogProbs] = shiftedTok(data.Tok[rollout.KeySamplerLogProbs], rows, T)
+		mb[rollout.KeyAdvantages] = shiftedTok(data.Tok[rollout.KeyAdvantages], rows, T)
 		if k.UseKLLoss {
-			mb[KeyRefLogProbs] = shiftedTok(data.Tok[KeyRefLogProbs], rows, T)
+			mb[rollout.KeyRefLogProbs] = shiftedTok(data.Tok[rollout.KeyRefLogProbs], rows, T)
 		}
 		return nil
 	})
@@ -169,7 +189,7 @@ func (a *Actor) PrepareBatch(data *estimators.Rollout, opts BatchOptions) ([]map
 
 // clipBounds are the policy loss's clip bounds as batch inputs, by batch key; the set of
 // keys depends only on policy_loss (a cold knob), so a trainer's batch keys never change.
-func (a *Actor) clipBounds() map[string]float64 {
+func (a *actor) clipBounds() map[string]float64 {
 	k := a.cfg.Knobs
 	switch a.policy {
 	case "ppo":
@@ -184,7 +204,7 @@ func (a *Actor) clipBounds() map[string]float64 {
 }
 
 // validateClipBounds checks the bounds the graph cannot check: they enter it as inputs.
-func (a *Actor) validateClipBounds() error {
+func (a *actor) validateClipBounds() error {
 	k := a.cfg.Knobs
 	switch a.policy {
 	case "ppo", "gspo":
@@ -214,11 +234,11 @@ func boundNodes(batch Batch, keys ...string) ([]*Node, error) {
 }
 
 // ComputeLoss is the full actor objective.
-func (a *Actor) ComputeLoss(out Output, batch Batch, r loss.Reducer) (*Node, map[string]*Node, error) {
+func (a *actor) ComputeLoss(out Output, batch Batch, r loss.Reducer) (*Node, map[string]*Node, error) {
 	k := a.cfg.Knobs
-	lp, mask := out[KeyLogProbs], batch[bLossMask]
-	pb := loss.PolicyBatch{LogProbs: lp, OldLogProbs: batch[KeySamplerLogProbs], SamplerLogProbs: batch[KeySamplerLogProbs],
-		Advantages: batch[estimators.KeyAdvantages], Mask: mask}
+	lp, mask := out[rollout.KeyLogProbs], batch[bLossMask]
+	pb := loss.PolicyBatch{LogProbs: lp, OldLogProbs: batch[rollout.KeySamplerLogProbs], SamplerLogProbs: batch[rollout.KeySamplerLogProbs],
+		Advantages: batch[rollout.KeyAdvantages], Mask: mask}
 	var pg loss.Result
 	var err error
 	// The clip bounds are batch inputs, never the knobs this specialization was built
@@ -256,9 +276,9 @@ func (a *Actor) ComputeLoss(out Output, batch Batch, r loss.Reducer) (*Node, map
 		return nil, nil, err
 	}
 	// The entropy's gradient is scaled by its coefficient, a batch input: 0 gives none.
-	terms := loss.ActorTerms{Entropy: loss.Entropy(out[KeyLogits]), EntropyCoef: batch[bEntropyCoef]}
+	terms := loss.ActorTerms{Entropy: loss.Entropy(out[rollout.KeyLogits]), EntropyCoef: batch[bEntropyCoef]}
 	if k.UseKLLoss {
-		kl, err := loss.KL(lp, batch[KeyRefLogProbs], a.kl)
+		kl, err := loss.KL(lp, batch[rollout.KeyRefLogProbs], a.kl)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -272,4 +292,4 @@ func (a *Actor) ComputeLoss(out Output, batch Batch, r loss.Reducer) (*Node, map
 }
 
 // Loss is the runtime.LossFn of the role.
-func (a *Actor) Loss() runtime.LossFn { return lossFn(a) }
+func (a *actor) Loss() runtime.LossFn { return lossFn(a) }

@@ -8,6 +8,7 @@ import (
 	"github.com/gomlx/gomlx/pkg/core/tensors"
 	"github.com/gomlx/gomlx/pkg/ml/context"
 
+	"stx.dev/stx/rollout"
 	"stx.dev/stx/runtime"
 	"stx.dev/stx/schema"
 )
@@ -19,7 +20,7 @@ import (
 func saturate(t *testing.T, mbs []map[string]*tensors.Tensor) {
 	t.Helper()
 	for _, mb := range mbs {
-		for key, v := range map[string]float32{"advantages": 1, KeySamplerLogProbs: -100} {
+		for key, v := range map[string]float32{"advantages": 1, rollout.KeySamplerLogProbs: -100} {
 			dims := mb[key].Shape().Dimensions
 			data := make([]float32, mb[key].Shape().Size())
 			for i := range data {

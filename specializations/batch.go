@@ -6,7 +6,7 @@ import (
 
 	"github.com/gomlx/gomlx/pkg/core/tensors"
 
-	"stx.dev/stx/estimators"
+	"stx.dev/stx/rollout"
 	"stx.dev/stx/runtime"
 	"stx.dev/stx/specializations/loss"
 )
@@ -19,14 +19,14 @@ import (
 // column[t+1]); token 0 is never predicted. The shift happens on the host because Slice's
 // gradient needs Pad, which SimpleGo lacks.
 const (
-	bTokens    = KeyTokens    // int32 [R,T] input ids, right-padded
-	bTargets   = "targets"    // int32 [R,T] next-token ids
-	bLossMask  = KeyLossMask  // float32 [R,T] 1 where the target token is trainable
-	bLastToken = "last_token" // float32 [R,T] one-hot at the last real input position
-	bDenTokens = "den_tokens" // scalar N of the whole mini-batch, for loss_agg_mode "token-mean"
-	bDenSeqs   = "den_seqs"   // scalar B' of the whole mini-batch
-	bDenRows   = "den_rows"   // scalar B of the whole mini-batch
-	bCount     = "den_count"  // scalar: pairs, examples, samples or entries of the mini-batch
+	bTokens    = rollout.KeyTokens   // int32 [R,T] input ids, right-padded
+	bTargets   = "targets"           // int32 [R,T] next-token ids
+	bLossMask  = rollout.KeyLossMask // float32 [R,T] 1 where the target token is trainable
+	bLastToken = "last_token"        // float32 [R,T] one-hot at the last real input position
+	bDenTokens = "den_tokens"        // scalar N of the whole mini-batch, for loss_agg_mode "token-mean"
+	bDenSeqs   = "den_seqs"          // scalar B' of the whole mini-batch
+	bDenRows   = "den_rows"          // scalar B of the whole mini-batch
+	bCount     = "den_count"         // scalar: pairs, examples, samples or entries of the mini-batch
 )
 
 // Wide columns hold a vector per token (Tok) or per row (Row) as one column per component,
@@ -36,7 +36,7 @@ const (
 func WideName(key string, i int) string { return key + "/" + strconv.Itoa(i) }
 
 // SetTokenVectors stores v[row][token][i] as the wide per-token column key.
-func SetTokenVectors(r *estimators.Rollout, key string, v [][][]float32) error {
+func SetTokenVectors(r *rollout.Rollout, key string, v [][][]float32) error {
 	if len(v) != r.Len() {
 		return fmt.Errorf("wide column %q: %d rows, want %d", key, len(v), r.Len())
 	}
@@ -73,7 +73,7 @@ func SetTokenVectors(r *estimators.Rollout, key string, v [][][]float32) error {
 }
 
 // SetRowVectors stores v[row][i] as the wide per-row column key.
-func SetRowVectors(r *estimators.Rollout, key string, v [][]float32) error {
+func SetRowVectors(r *rollout.Rollout, key string, v [][]float32) error {
 	if len(v) != r.Len() || len(v) == 0 {
 		return fmt.Errorf("wide column %q: %d rows, want %d (> 0)", key, len(v), r.Len())
 	}
@@ -106,20 +106,20 @@ func wideDim[V any](m map[string]V, key string) int {
 }
 
 // has reports whether the rollout holds the data key k, wherever that key lives.
-func has(r *estimators.Rollout, k string) bool {
+func has(r *rollout.Rollout, k string) bool {
 	switch k {
-	case KeyTokens:
+	case rollout.KeyTokens:
 		return r.Tokens != nil
-	case KeyLossMask:
+	case rollout.KeyLossMask:
 		return r.Mask != nil
-	case KeyRewards:
+	case rollout.KeyRewards:
 		return r.Reward != nil
-	case KeyChosen, KeyLabel, KeyExecutedBy:
+	case rollout.KeyChosen, rollout.KeyLabel, rollout.KeyExecutedBy:
 		_, ok := r.Row[k]
 		return ok
-	case KeySamples, KeyTrajectories:
+	case rollout.KeySamples, rollout.KeyTrajectories:
 		return wideDim(r.Row, k) > 0
-	case KeyTeacherLogits:
+	case rollout.KeyTeacherLogits:
 		return wideDim(r.Tok, k) > 0
 	}
 	_, ok := r.Tok[k]
@@ -131,7 +131,7 @@ func has(r *estimators.Rollout, k string) bool {
 
 // requireKeys checks the rollout against a contract's Requires and validates it; the error
 // names the first missing key.
-func requireKeys(name string, r *estimators.Rollout, keys []string) error {
+func requireKeys(name string, r *rollout.Rollout, keys []string) error {
 	if r == nil {
 		return fmt.Errorf("%s: no rollout", name)
 	}
@@ -162,7 +162,7 @@ func chunks(n, size int) [][2]int {
 }
 
 // seqLength is the padded length of the rows' tokens: a bucket, so that few graphs compile.
-func seqLength(r *estimators.Rollout) int {
+func seqLength(r *rollout.Rollout) int {
 	n := 1
 	for _, t := range r.Tokens {
 		n = max(n, len(t))
@@ -174,7 +174,7 @@ func scalarF32(v float64) *tensors.Tensor { return tensors.FromScalar(float32(v)
 
 // lmInputs builds the forward keys of rows: tokens, targets, loss mask and last-token
 // one-hot, all [len(rows), T].
-func lmInputs(r *estimators.Rollout, rows []int, T int, pad int32) map[string]*tensors.Tensor {
+func lmInputs(r *rollout.Rollout, rows []int, T int, pad int32) map[string]*tensors.Tensor {
 	R := len(rows)
 	tok := make([]int32, R*T)
 	tgt := make([]int32, R*T)
@@ -227,7 +227,7 @@ func shiftedIDs(col [][]float32, rows []int, T int, pad int32) *tensors.Tensor {
 }
 
 // shiftedWide lays a wide per-token column out as [R,T,dim] in target positions.
-func shiftedWide(r *estimators.Rollout, key string, rows []int, T int) *tensors.Tensor {
+func shiftedWide(r *rollout.Rollout, key string, rows []int, T int) *tensors.Tensor {
 	dim := wideDim(r.Tok, key)
 	out := make([]float32, len(rows)*T*dim)
 	for c := range dim {
@@ -294,7 +294,7 @@ func tokToFloat64(col [][]float32) [][]float64 {
 }
 
 // shallowCopy copies a rollout's column maps so that new columns do not leak into the caller's.
-func shallowCopy(r *estimators.Rollout) *estimators.Rollout {
+func shallowCopy(r *rollout.Rollout) *rollout.Rollout {
 	c := *r
 	c.Tok = make(map[string][][]float32, len(r.Tok)+2)
 	for k, v := range r.Tok {

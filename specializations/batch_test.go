@@ -7,14 +7,14 @@ import (
 
 	"github.com/gomlx/gomlx/pkg/core/tensors"
 
-	"stx.dev/stx/estimators"
+	"stx.dev/stx/rollout"
 )
 
 // TestShiftedLayout: per-token columns move to target positions (position t holds the
 // value of token t+1), targets are the next tokens, and the loss mask is the next
 // token's mask.
 func TestShiftedLayout(t *testing.T) {
-	r := &estimators.Rollout{
+	r := &rollout.Rollout{
 		Tokens: [][]int32{{5, 6, 7, 8}, {9, 10}},
 		Mask:   [][]float32{{0, 0, 1, 1}, {0, 1}},
 		Tok:    map[string][][]float32{"x": {{1, 2, 3, 4}, {5, 6}}},
@@ -49,7 +49,7 @@ func sum(x []float32) (s float32) {
 
 // TestWideColumns: vectors round-trip through wide columns; bad shapes are errors.
 func TestWideColumns(t *testing.T) {
-	r := &estimators.Rollout{Tokens: [][]int32{{1, 2}, {3}}}
+	r := &rollout.Rollout{Tokens: [][]int32{{1, 2}, {3}}}
 	if err := SetTokenVectors(r, "z", [][][]float32{{{1, 2}, {3, 4}}, {{5, 6}}}); err != nil {
 		t.Fatal(err)
 	}
@@ -73,12 +73,12 @@ func TestWideColumns(t *testing.T) {
 // TestKTOMismatched: each labelled example's prompt gets the next example's completion,
 // label −1, mask on the completion only; other columns stay aligned.
 func TestKTOMismatched(t *testing.T) {
-	r := &estimators.Rollout{
+	r := &rollout.Rollout{
 		Tokens:    [][]int32{{1, 2, 10, 11}, {3, 20}, {4, 5, 6, 30, 31, 32}},
 		PromptLen: []int{2, 1, 3},
 		Mask:      [][]float32{{0, 0, 1, 1}, {0, 1}, {0, 0, 0, 1, 1, 1}},
-		Row:       map[string][]float64{KeyLabel: {1, 0, 1}},
-		Tok:       map[string][][]float32{KeyRefLogProbs: {{0, 0, -1, -1}, {0, -2}, {0, 0, 0, -3, -3, -3}}},
+		Row:       map[string][]float64{rollout.KeyLabel: {1, 0, 1}},
+		Tok:       map[string][][]float32{rollout.KeyRefLogProbs: {{0, 0, -1, -1}, {0, -2}, {0, 0, 0, -3, -3, -3}}},
 	}
 	out, err := AddKTOMismatched(r)
 	if err != nil {
@@ -92,14 +92,14 @@ func TestKTOMismatched(t *testing.T) {
 		if !slices.Equal(out.Tokens[3+j], w) {
 			t.Errorf("mismatched row %d: %v, want %v", j, out.Tokens[3+j], w)
 		}
-		if out.Row[KeyLabel][3+j] != -1 || len(out.Tok[KeyRefLogProbs][3+j]) != len(w) {
-			t.Errorf("mismatched row %d: label %v, ref row %v", j, out.Row[KeyLabel][3+j], out.Tok[KeyRefLogProbs][3+j])
+		if out.Row[rollout.KeyLabel][3+j] != -1 || len(out.Tok[rollout.KeyRefLogProbs][3+j]) != len(w) {
+			t.Errorf("mismatched row %d: label %v, ref row %v", j, out.Row[rollout.KeyLabel][3+j], out.Tok[rollout.KeyRefLogProbs][3+j])
 		}
 	}
 	if !slices.Equal(out.Mask[4], []float32{0, 1, 1, 1}) {
 		t.Errorf("mask of a mismatched row: %v", out.Mask[4])
 	}
-	if _, err := AddKTOMismatched(&estimators.Rollout{Tokens: [][]int32{{1}}}); err == nil || !strings.Contains(err.Error(), "prompt_len") {
+	if _, err := AddKTOMismatched(&rollout.Rollout{Tokens: [][]int32{{1}}}); err == nil || !strings.Contains(err.Error(), "prompt_len") {
 		t.Errorf("missing columns: %v", err)
 	}
 }

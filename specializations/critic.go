@@ -8,34 +8,46 @@ import (
 	"github.com/gomlx/gomlx/pkg/ml/context"
 
 	"stx.dev/stx/estimators"
+	"stx.dev/stx/rollout"
 	"stx.dev/stx/runtime"
 	"stx.dev/stx/specializations/loss"
 )
 
-// Critic is the PPO value model: the clipped value loss ½·agg(max((v − R)², (v_c − R)²))
+func init() {
+	MustRegister(Contract{
+		Name: "critic", Data: DataRL, ValueHead: true,
+		Doc: "value model: clipped value loss on GAE returns (Schulman et al., 2016; 2017)",
+		// v_old of the clip and GAE's V are the rollout-time values the role produced.
+		Requires: func(c RoleConfig) []string { return trainOnly(c, lmForward, rollout.KeyRewards, rollout.KeyValues) },
+		Produces: func(RoleConfig) []string { return keys(rollout.KeyValues) },
+		New:      func(c RoleConfig) (Specialization, error) { return newCritic(c) },
+	})
+}
+
+// critic is the PPO value model: the clipped value loss ½·agg(max((v − R)², (v_c − R)²))
 // on GAE returns (Schulman et al., 2016; 2017). Its model needs a value head
 // (runtime.Model.AddValueHead); the value at position t is V of the state before token
 // t+1, so the values it produces line up with the actor's advantages. v_old are the
 // rollout-time values (the rollout's values column, which this role produced).
 // Metrics: vf_loss, vf_clipfrac.
-type Critic struct{ lmBase }
+type critic struct{ lmBase }
 
-// NewCritic builds the critic specialization.
-func NewCritic(cfg RoleConfig) (*Critic, error) {
+// newCritic builds the critic specialization.
+func newCritic(cfg RoleConfig) (*critic, error) {
 	b, err := newLMBase("critic", cfg)
-	return &Critic{b}, err
+	return &critic{b}, err
 }
 
 // PrepareBatch reads tokens, loss_mask, rewards and values; returns come from GAE
 // (γ, λ of the knobs) unless the rollout already holds them.
-func (c *Critic) PrepareBatch(data *estimators.Rollout, opts BatchOptions) ([]map[string]*tensors.Tensor, error) {
+func (c *critic) PrepareBatch(data *rollout.Rollout, opts BatchOptions) ([]map[string]*tensors.Tensor, error) {
 	if mbs, done, err := c.frozenOrChecked(data, opts); done {
 		return mbs, err
 	}
-	if _, ok := data.Tok[estimators.KeyReturns]; !ok {
+	if _, ok := data.Tok[rollout.KeyReturns]; !ok {
 		data = shallowCopy(data)
 		k := c.cfg.Knobs
-		cfg := estimators.Config{Name: "gae", Gamma: k.Gamma, Lambda: k.Lambda, Epsilon: estimators.DefaultEpsilon,
+		cfg := estimators.Config{Name: estimators.GAE, Gamma: k.Gamma, Lambda: k.Lambda, Epsilon: estimators.DefaultEpsilon,
 			WhitenEps: estimators.DefaultWhitenEps}
 		if _, err := estimators.RolloutAdvantages(data, cfg); err != nil {
 			return nil, fmt.Errorf("critic returns: %w", err)
@@ -43,8 +55,8 @@ func (c *Critic) PrepareBatch(data *estimators.Rollout, opts BatchOptions) ([]ma
 	}
 	return c.lmBatches(data, opts, 1, func(mb map[string]*tensors.Tensor, rows []int) error {
 		T := mb[bTokens].Shape().Dimensions[1]
-		mb[KeyValues] = shiftedTok(data.Tok[KeyValues], rows, T)
-		mb[estimators.KeyReturns] = shiftedTok(data.Tok[estimators.KeyReturns], rows, T)
+		mb[rollout.KeyValues] = shiftedTok(data.Tok[rollout.KeyValues], rows, T)
+		mb[rollout.KeyReturns] = shiftedTok(data.Tok[rollout.KeyReturns], rows, T)
 		return nil
 	})
 }
@@ -58,17 +70,17 @@ func values(ctx *context.Context, m *runtime.Model, batch Batch) (*Node, error) 
 }
 
 // ExtractModelOutput is the value of every position.
-func (c *Critic) ExtractModelOutput(ctx *context.Context, m *runtime.Model, batch Batch) (Output, error) {
+func (c *critic) ExtractModelOutput(ctx *context.Context, m *runtime.Model, batch Batch) (Output, error) {
 	v, err := values(ctx, m, batch)
 	if err != nil {
 		return nil, fmt.Errorf("critic: %w", err)
 	}
-	return Output{KeyValues: v}, nil
+	return Output{rollout.KeyValues: v}, nil
 }
 
 // ComputeLoss is PPO's clipped value loss (ε_v = cliprange_value).
-func (c *Critic) ComputeLoss(out Output, batch Batch, r loss.Reducer) (*Node, map[string]*Node, error) {
-	res, err := loss.ValueLoss(out[KeyValues], batch[KeyValues], batch[estimators.KeyReturns], batch[bLossMask],
+func (c *critic) ComputeLoss(out Output, batch Batch, r loss.Reducer) (*Node, map[string]*Node, error) {
+	res, err := loss.ValueLoss(out[rollout.KeyValues], batch[rollout.KeyValues], batch[rollout.KeyReturns], batch[bLossMask],
 		loss.ValueConfig{ClipRange: c.cfg.Knobs.ClipRangeValue}, r)
 	if err != nil {
 		return nil, nil, err
@@ -77,15 +89,15 @@ func (c *Critic) ComputeLoss(out Output, batch Batch, r loss.Reducer) (*Node, ma
 }
 
 // Loss is the runtime.LossFn of the role.
-func (c *Critic) Loss() runtime.LossFn { return lossFn(c) }
+func (c *critic) Loss() runtime.LossFn { return lossFn(c) }
 
 // Produce is the forward-only values.
-func (c *Critic) Produce() runtime.OutputFn {
+func (c *critic) Produce() runtime.OutputFn {
 	return func(ctx *context.Context, m *runtime.Model, batch map[string]*Node) map[string]*Node {
 		v, err := values(ctx, m, batch)
 		if err != nil {
 			panic(fmt.Errorf("critic: %w", err))
 		}
-		return map[string]*Node{KeyValues: v}
+		return map[string]*Node{rollout.KeyValues: v}
 	}
 }

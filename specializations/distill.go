@@ -8,22 +8,64 @@ import (
 	"github.com/gomlx/gomlx/pkg/core/tensors"
 	"github.com/gomlx/gomlx/pkg/ml/context"
 
-	"stx.dev/stx/estimators"
+	"stx.dev/stx/rollout"
 	"stx.dev/stx/runtime"
 	"stx.dev/stx/specializations/loss"
 )
 
-// OPD is on-policy distillation: the teacher−student log-prob gaps become precomputed
+func init() {
+	MustRegister(Contract{
+		Name: "opd", Data: DataRL,
+		Doc: "on-policy distillation: teacher−student log-prob gaps as precomputed advantages (Agarwal et al., 2024; Lu et al., 2025)",
+		Requires: func(c RoleConfig) []string {
+			return trainOnly(c, lmForward, rollout.KeySamplerLogProbs, rollout.KeyTeacherLogProbs)
+		},
+		Produces: func(RoleConfig) []string { return keys(rollout.KeyLogProbs) },
+		New:      func(c RoleConfig) (Specialization, error) { return newOPD(c) },
+	})
+	MustRegister(Contract{
+		Name: "gkd", Data: DataRL, TeacherBatches: true,
+		Doc:      "GKD: generalized JSD to the teacher's full distribution (Agarwal et al., 2024)",
+		Requires: func(c RoleConfig) []string { return trainOnly(c, lmForward, rollout.KeyTeacherLogits) },
+		Produces: func(RoleConfig) []string { return keys(rollout.KeyLogProbs, rollout.KeyLogits) },
+		New:      func(c RoleConfig) (Specialization, error) { return newGKD(c) },
+	})
+	MustRegister(Contract{
+		Name: "dagger", Data: DataRL,
+		Doc:      "DAgger: cross-entropy on the teacher's labels at the student's states (Ross et al., 2011)",
+		Requires: func(c RoleConfig) []string { return trainOnly(c, lmForward, rollout.KeyTeacherActions) },
+		Produces: func(RoleConfig) []string { return keys(rollout.KeyLogProbs, rollout.KeyActions) },
+		New:      func(c RoleConfig) (Specialization, error) { return newDAgger(c) },
+	})
+	MustRegister(Contract{
+		Name: "aggrevate", Data: DataRL, CandidateActions: true, Teacher: true, TeacherReward: true,
+		Doc:      "AggreVaTe: imitation weighted by the expert's cost-to-go (Ross & Bagnell, 2014)",
+		Requires: func(c RoleConfig) []string { return trainOnly(c, lmForward, rollout.KeyRewards) },
+		Produces: func(RoleConfig) []string { return keys(rollout.KeyLogProbs) },
+		New:      func(c RoleConfig) (Specialization, error) { return newAggreVaTe(c) },
+	})
+	MustRegister(Contract{
+		Name: "mixed_loss_dagger_opd", Data: DataImitation, Teacher: true,
+		Doc: "β-blend of CE on teacher-executed and K3 on student-executed tokens (stx's own blend of SFT and K3, Schulman, 2020)",
+		Requires: func(c RoleConfig) []string {
+			return trainOnly(c, lmForward, rollout.KeyExecutedBy, rollout.KeyTeacherLogProbs)
+		},
+		Produces: func(RoleConfig) []string { return keys(rollout.KeyLogProbs) },
+		New:      func(c RoleConfig) (Specialization, error) { return newMixedDaggerOPD(c) },
+	})
+}
+
+// opd is on-policy distillation: the teacher−student log-prob gaps become precomputed
 // per-token advantages A = Σ_j γ^{j−t}·κ(lt_j − ls_j) (on-policy distillation, Agarwal et al., 2024), trained with
 // tinker's importance_sampling loss against the sampler's log-probs and reduced with
 // loss_agg_mode (tinker uses sum). Metric: teacher_kl (Σ mask·(ls − lt) / N).
-type OPD struct{ lmBase }
+type opd struct{ lmBase }
 
-// NewOPD builds the opd specialization.
-func NewOPD(cfg RoleConfig) (*OPD, error) {
+// newOPD builds the opd specialization.
+func newOPD(cfg RoleConfig) (*opd, error) {
 	b, err := newLMBase("opd", cfg)
 	b.tempered = true
-	return &OPD{b}, err
+	return &opd{b}, err
 }
 
 // Batch keys of the distillation specializations.
@@ -38,12 +80,12 @@ const (
 )
 
 // PrepareBatch reads tokens, loss_mask, sampler_log_probs and teacher_log_probs.
-func (s *OPD) PrepareBatch(data *estimators.Rollout, opts BatchOptions) ([]map[string]*tensors.Tensor, error) {
+func (s *opd) PrepareBatch(data *rollout.Rollout, opts BatchOptions) ([]map[string]*tensors.Tensor, error) {
 	if mbs, done, err := s.frozenOrChecked(data, opts); done {
 		return mbs, err
 	}
 	k := s.cfg.Knobs
-	adv, err := loss.OPDAdvantages(tokToFloat64(data.Tok[KeyTeacherLogProbs]), tokToFloat64(data.Tok[KeySamplerLogProbs]),
+	adv, err := loss.OPDAdvantages(tokToFloat64(data.Tok[rollout.KeyTeacherLogProbs]), tokToFloat64(data.Tok[rollout.KeySamplerLogProbs]),
 		tokToFloat64(data.Mask), nil, loss.OPDConfig{KLCoef: k.KLPenaltyCoef, Discount: k.KLDiscountFactor})
 	if err != nil {
 		return nil, fmt.Errorf("opd: %w", err)
@@ -57,22 +99,22 @@ func (s *OPD) PrepareBatch(data *estimators.Rollout, opts BatchOptions) ([]map[s
 	}
 	return s.lmBatches(data, opts, 1, func(mb map[string]*tensors.Tensor, rows []int) error {
 		T := mb[bTokens].Shape().Dimensions[1]
-		mb[KeySamplerLogProbs] = shiftedTok(data.Tok[KeySamplerLogProbs], rows, T)
-		mb[KeyTeacherLogProbs] = shiftedTok(data.Tok[KeyTeacherLogProbs], rows, T)
-		mb[estimators.KeyAdvantages] = shiftedTok(adv32, rows, T)
+		mb[rollout.KeySamplerLogProbs] = shiftedTok(data.Tok[rollout.KeySamplerLogProbs], rows, T)
+		mb[rollout.KeyTeacherLogProbs] = shiftedTok(data.Tok[rollout.KeyTeacherLogProbs], rows, T)
+		mb[rollout.KeyAdvantages] = shiftedTok(adv32, rows, T)
 		return nil
 	})
 }
 
 // ComputeLoss is importance_sampling on the OPD advantages.
-func (s *OPD) ComputeLoss(out Output, batch Batch, r loss.Reducer) (*Node, map[string]*Node, error) {
+func (s *opd) ComputeLoss(out Output, batch Batch, r loss.Reducer) (*Node, map[string]*Node, error) {
 	mask := batch[bLossMask]
-	res, err := loss.ImportanceSampling(loss.PolicyBatch{LogProbs: out[KeyLogProbs], SamplerLogProbs: batch[KeySamplerLogProbs],
-		Advantages: batch[estimators.KeyAdvantages], Mask: mask}, 0, r)
+	res, err := loss.ImportanceSampling(loss.PolicyBatch{LogProbs: out[rollout.KeyLogProbs], SamplerLogProbs: batch[rollout.KeySamplerLogProbs],
+		Advantages: batch[rollout.KeyAdvantages], Mask: mask}, 0, r)
 	if err != nil {
 		return nil, nil, err
 	}
-	gap := Mul(Sub(batch[KeySamplerLogProbs], batch[KeyTeacherLogProbs]), mask)
+	gap := Mul(Sub(batch[rollout.KeySamplerLogProbs], batch[rollout.KeyTeacherLogProbs]), mask)
 	n := tokenCount(batch)
 	res.Metrics["teacher_kl"] = Div(ReduceAllSum(gap), Max(n, OnesLike(n)))
 	return res.Loss, res.Metrics, nil
@@ -87,36 +129,36 @@ func tokenCount(batch Batch) *Node {
 }
 
 // Loss is the runtime.LossFn of the role.
-func (s *OPD) Loss() runtime.LossFn { return lossFn(s) }
+func (s *opd) Loss() runtime.LossFn { return lossFn(s) }
 
-// GKD is generalized knowledge distillation: the generalized JSD between the student's and
+// gkd is generalized knowledge distillation: the generalized JSD between the student's and
 // the teacher's full next-token distributions at every trainable position (Agarwal et al.,
 // 2024; β = gkd_beta, τ = gkd_temperature), reduced with loss_agg_mode (token-mean is
 // trl's "batchmean"). The teacher's logits arrive as a wide per-token column
 // (teacher_logits/0 … teacher_logits/V−1, see SetTokenVectors). Mixing on-policy and
 // dataset batches (gkd_lambda) is the rollout side's concern.
-type GKD struct{ lmBase }
+type gkd struct{ lmBase }
 
-// NewGKD builds the gkd specialization.
-func NewGKD(cfg RoleConfig) (*GKD, error) {
+// newGKD builds the gkd specialization.
+func newGKD(cfg RoleConfig) (*gkd, error) {
 	b, err := newLMBase("gkd", cfg)
-	return &GKD{b}, err
+	return &gkd{b}, err
 }
 
 // PrepareBatch reads tokens, loss_mask and teacher_logits.
-func (s *GKD) PrepareBatch(data *estimators.Rollout, opts BatchOptions) ([]map[string]*tensors.Tensor, error) {
+func (s *gkd) PrepareBatch(data *rollout.Rollout, opts BatchOptions) ([]map[string]*tensors.Tensor, error) {
 	if mbs, done, err := s.frozenOrChecked(data, opts); done {
 		return mbs, err
 	}
 	return s.lmBatches(data, opts, 1, func(mb map[string]*tensors.Tensor, rows []int) error {
-		mb[KeyTeacherLogits] = shiftedWide(data, KeyTeacherLogits, rows, mb[bTokens].Shape().Dimensions[1])
+		mb[rollout.KeyTeacherLogits] = shiftedWide(data, rollout.KeyTeacherLogits, rows, mb[bTokens].Shape().Dimensions[1])
 		return nil
 	})
 }
 
 // ComputeLoss is GKD's generalized JSD.
-func (s *GKD) ComputeLoss(out Output, batch Batch, r loss.Reducer) (*Node, map[string]*Node, error) {
-	logits, teacher := out[KeyLogits], batch[KeyTeacherLogits]
+func (s *gkd) ComputeLoss(out Output, batch Batch, r loss.Reducer) (*Node, map[string]*Node, error) {
+	logits, teacher := out[rollout.KeyLogits], batch[rollout.KeyTeacherLogits]
 	if !logits.Shape().Equal(teacher.Shape()) {
 		return nil, nil, fmt.Errorf("gkd: student logits %s and teacher logits %s differ (same vocabulary needed)",
 			logits.Shape(), teacher.Shape())
@@ -130,13 +172,13 @@ func (s *GKD) ComputeLoss(out Output, batch Batch, r loss.Reducer) (*Node, map[s
 }
 
 // Loss is the runtime.LossFn of the role.
-func (s *GKD) Loss() runtime.LossFn { return lossFn(s) }
+func (s *gkd) Loss() runtime.LossFn { return lossFn(s) }
 
 // Produce is the forward-only log_probs and full logits (a GKD teacher's role).
-func (s *GKD) Produce() runtime.OutputFn {
+func (s *gkd) Produce() runtime.OutputFn {
 	return func(ctx *context.Context, m *runtime.Model, batch map[string]*Node) map[string]*Node {
 		logits, lp := forward(ctx, m, batch)
-		return map[string]*Node{KeyLogProbs: lp, KeyLogits: logits}
+		return map[string]*Node{rollout.KeyLogProbs: lp, rollout.KeyLogits: logits}
 	}
 }
 
@@ -144,34 +186,34 @@ func (s *GKD) Produce() runtime.OutputFn {
 // student visited (DAgger, Ross et al., 2011): teacher_actions[t] is the teacher's token for
 // slot t of the student's sequence (token ids stored as floats), ℓ = −log π(a*_t | s_t),
 // reduced with loss_agg_mode. As a teacher role it produces its greedy actions. Metric: nll.
-type DAgger struct{ lmBase }
+type dagger struct{ lmBase }
 
-// NewDAgger builds the dagger specialization.
-func NewDAgger(cfg RoleConfig) (*DAgger, error) {
+// newDAgger builds the dagger specialization.
+func newDAgger(cfg RoleConfig) (*dagger, error) {
 	b, err := newLMBase("dagger", cfg)
-	return &DAgger{b}, err
+	return &dagger{b}, err
 }
 
 // PrepareBatch reads tokens, loss_mask and teacher_actions.
-func (s *DAgger) PrepareBatch(data *estimators.Rollout, opts BatchOptions) ([]map[string]*tensors.Tensor, error) {
+func (s *dagger) PrepareBatch(data *rollout.Rollout, opts BatchOptions) ([]map[string]*tensors.Tensor, error) {
 	if mbs, done, err := s.frozenOrChecked(data, opts); done {
 		return mbs, err
 	}
 	return s.lmBatches(data, opts, 1, func(mb map[string]*tensors.Tensor, rows []int) error {
-		mb[bTeacherIDs] = shiftedIDs(data.Tok[KeyTeacherActions], rows, mb[bTokens].Shape().Dimensions[1], opts.Pad)
+		mb[bTeacherIDs] = shiftedIDs(data.Tok[rollout.KeyTeacherActions], rows, mb[bTokens].Shape().Dimensions[1], opts.Pad)
 		return nil
 	})
 }
 
 // ExtractModelOutput is the log-probs of the teacher's labels.
-func (s *DAgger) ExtractModelOutput(ctx *context.Context, m *runtime.Model, batch Batch) (Output, error) {
+func (s *dagger) ExtractModelOutput(ctx *context.Context, m *runtime.Model, batch Batch) (Output, error) {
 	logits := m.Logits(ctx, m.Forward(ctx, batch[bTokens]))
-	return Output{KeyLogProbs: runtime.LogProbs(logits, batch[bTeacherIDs])}, nil
+	return Output{rollout.KeyLogProbs: runtime.LogProbs(logits, batch[bTeacherIDs])}, nil
 }
 
 // ComputeLoss is the SFT cross-entropy on the teacher's labels.
-func (s *DAgger) ComputeLoss(out Output, batch Batch, r loss.Reducer) (*Node, map[string]*Node, error) {
-	res, err := loss.SFT(out[KeyLogProbs], batch[bLossMask], r)
+func (s *dagger) ComputeLoss(out Output, batch Batch, r loss.Reducer) (*Node, map[string]*Node, error) {
+	res, err := loss.SFT(out[rollout.KeyLogProbs], batch[bLossMask], r)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -179,34 +221,34 @@ func (s *DAgger) ComputeLoss(out Output, batch Batch, r loss.Reducer) (*Node, ma
 }
 
 // Loss is the runtime.LossFn of the role.
-func (s *DAgger) Loss() runtime.LossFn { return lossFn(s) }
+func (s *dagger) Loss() runtime.LossFn { return lossFn(s) }
 
 // Produce is the forward-only log_probs and greedy actions (token ids as floats).
-func (s *DAgger) Produce() runtime.OutputFn {
+func (s *dagger) Produce() runtime.OutputFn {
 	return func(ctx *context.Context, m *runtime.Model, batch map[string]*Node) map[string]*Node {
 		logits, lp := forward(ctx, m, batch)
-		return map[string]*Node{KeyLogProbs: lp, KeyActions: ConvertDType(ArgMax(logits, -1), dtypes.Float32)}
+		return map[string]*Node{rollout.KeyLogProbs: lp, rollout.KeyActions: ConvertDType(ArgMax(logits, -1), dtypes.Float32)}
 	}
 }
 
-// AggreVaTe is cost-to-go weighted imitation (Ross & Bagnell, 2014): a state is
+// aggrevate is cost-to-go weighted imitation (Ross & Bagnell, 2014): a state is
 // aggrevate_candidates consecutive rows (the same prefix, each followed by one candidate
 // action, mask 1 on the action's tokens); the row's reward is the expert's reward-to-go
 // G_k, so the cost is Q* = −G_k; L = −Σ_k (mean_k Q* − Q*_k)·log π(a_k|s), aggregated over
 // states with loss_agg_mode.
-type AggreVaTe struct{ lmBase }
+type aggrevate struct{ lmBase }
 
-// NewAggreVaTe builds the aggrevate specialization.
-func NewAggreVaTe(cfg RoleConfig) (*AggreVaTe, error) {
+// newAggreVaTe builds the aggrevate specialization.
+func newAggreVaTe(cfg RoleConfig) (*aggrevate, error) {
 	b, err := newLMBase("aggrevate", cfg)
 	if err == nil && cfg.Knobs.AggrevateCandidates < 1 {
 		err = fmt.Errorf("aggrevate: aggrevate_candidates must be >= 1, got %d", cfg.Knobs.AggrevateCandidates)
 	}
-	return &AggreVaTe{b}, err
+	return &aggrevate{b}, err
 }
 
 // PrepareBatch reads tokens, loss_mask and rewards.
-func (s *AggreVaTe) PrepareBatch(data *estimators.Rollout, opts BatchOptions) ([]map[string]*tensors.Tensor, error) {
+func (s *aggrevate) PrepareBatch(data *rollout.Rollout, opts BatchOptions) ([]map[string]*tensors.Tensor, error) {
 	if mbs, done, err := s.frozenOrChecked(data, opts); done {
 		return mbs, err
 	}
@@ -246,9 +288,9 @@ func (s *AggreVaTe) PrepareBatch(data *estimators.Rollout, opts BatchOptions) ([
 }
 
 // ComputeLoss is AggreVaTe's surrogate.
-func (s *AggreVaTe) ComputeLoss(out Output, batch Batch, r loss.Reducer) (*Node, map[string]*Node, error) {
+func (s *aggrevate) ComputeLoss(out Output, batch Batch, r loss.Reducer) (*Node, map[string]*Node, error) {
 	K := s.cfg.Knobs.AggrevateCandidates
-	lp := out[KeyLogProbs]
+	lp := out[rollout.KeyLogProbs]
 	d := lp.Shape().Dimensions
 	S, T := d[0]/K, d[1]
 	costs := Reshape(ConvertDType(batch[bCosts], lp.DType()), S, K)
@@ -260,25 +302,25 @@ func (s *AggreVaTe) ComputeLoss(out Output, batch Batch, r loss.Reducer) (*Node,
 }
 
 // Loss is the runtime.LossFn of the role.
-func (s *AggreVaTe) Loss() runtime.LossFn { return lossFn(s) }
+func (s *aggrevate) Loss() runtime.LossFn { return lossFn(s) }
 
-// MixedDaggerOPD is the β-blend of cross-entropy on teacher-executed tokens and K3
+// mixedDaggerOPD is the β-blend of cross-entropy on teacher-executed tokens and K3
 // reverse KL on student-executed tokens: L = β·CE + (1−β)·K3 with β
 // following the linear schedule from beta_start to beta_end over beta_decay_rollouts
 // (β = 1 pure CE, β = 0 pure K3), and k3_grad choosing the K3 gradient. executed_by is a
 // per-row flag: 1 when the teacher executed the row. Metrics: ce, k3, beta.
-type MixedDaggerOPD struct{ lmBase }
+type mixedDaggerOPD struct{ lmBase }
 
-// NewMixedDaggerOPD builds the mixed_loss_dagger_opd specialization.
-func NewMixedDaggerOPD(cfg RoleConfig) (*MixedDaggerOPD, error) {
+// newMixedDaggerOPD builds the mixed_loss_dagger_opd specialization.
+func newMixedDaggerOPD(cfg RoleConfig) (*mixedDaggerOPD, error) {
 	b, err := newLMBase("mixed_loss_dagger_opd", cfg)
 	b.tempered = true
-	return &MixedDaggerOPD{b}, err
+	return &mixedDaggerOPD{b}, err
 }
 
 // PrepareBatch reads tokens, loss_mask, executed_by and teacher_log_probs; β is that of
 // opts.Rollout.
-func (s *MixedDaggerOPD) PrepareBatch(data *estimators.Rollout, opts BatchOptions) ([]map[string]*tensors.Tensor, error) {
+func (s *mixedDaggerOPD) PrepareBatch(data *rollout.Rollout, opts BatchOptions) ([]map[string]*tensors.Tensor, error) {
 	if mbs, done, err := s.frozenOrChecked(data, opts); done {
 		return mbs, err
 	}
@@ -287,7 +329,7 @@ func (s *MixedDaggerOPD) PrepareBatch(data *estimators.Rollout, opts BatchOption
 	if err != nil {
 		return nil, fmt.Errorf("mixed_loss_dagger_opd: %w", err)
 	}
-	exec := data.Row[KeyExecutedBy]
+	exec := data.Row[rollout.KeyExecutedBy]
 	split := func(teacher bool) [][]float32 {
 		out := make([][]float32, data.Len())
 		for b, m := range data.Mask {
@@ -303,7 +345,7 @@ func (s *MixedDaggerOPD) PrepareBatch(data *estimators.Rollout, opts BatchOption
 		T := mb[bTokens].Shape().Dimensions[1]
 		mb[bTeacherMask] = shiftedTok(tm, rows, T)
 		mb[bStudentMask] = shiftedTok(sm, rows, T)
-		mb[KeyTeacherLogProbs] = shiftedTok(data.Tok[KeyTeacherLogProbs], rows, T)
+		mb[rollout.KeyTeacherLogProbs] = shiftedTok(data.Tok[rollout.KeyTeacherLogProbs], rows, T)
 		return nil
 	})
 	if err != nil {
@@ -317,11 +359,11 @@ func (s *MixedDaggerOPD) PrepareBatch(data *estimators.Rollout, opts BatchOption
 }
 
 // ComputeLoss is the β-blend of CE and K3.
-func (s *MixedDaggerOPD) ComputeLoss(out Output, batch Batch, _ loss.Reducer) (*Node, map[string]*Node, error) {
-	lp := out[KeyLogProbs]
+func (s *mixedDaggerOPD) ComputeLoss(out Output, batch Batch, _ loss.Reducer) (*Node, map[string]*Node, error) {
+	lp := out[rollout.KeyLogProbs]
 	res, err := loss.MixedCEK3(loss.MixedBatch{
 		StudentOnTeacher: lp, TeacherMask: batch[bTeacherMask],
-		StudentOnStudent: lp, TeacherOnStudent: batch[KeyTeacherLogProbs], StudentMask: batch[bStudentMask],
+		StudentOnStudent: lp, TeacherOnStudent: batch[rollout.KeyTeacherLogProbs], StudentMask: batch[bStudentMask],
 		TeacherTokens: batch[bTeacherTokens], StudentTokens: batch[bStudentTokens],
 	}, batch[bBeta], loss.MixedCEK3Config{K3Grad: loss.GradForm(s.cfg.Knobs.K3Grad)})
 	if err != nil {
@@ -331,4 +373,4 @@ func (s *MixedDaggerOPD) ComputeLoss(out Output, batch Batch, _ loss.Reducer) (*
 }
 
 // Loss is the runtime.LossFn of the role.
-func (s *MixedDaggerOPD) Loss() runtime.LossFn { return lossFn(s) }
+func (s *mixedDaggerOPD) Loss() runtime.LossFn { return lossFn(s) }

@@ -9,10 +9,29 @@ import (
 	"github.com/gomlx/gomlx/pkg/core/tensors"
 	"github.com/gomlx/gomlx/pkg/ml/context"
 
-	"stx.dev/stx/estimators"
+	"stx.dev/stx/rollout"
 	"stx.dev/stx/runtime"
 	"stx.dev/stx/specializations/loss"
 )
+
+func init() {
+	MustRegister(Contract{
+		Name: "flow", Data: DataFlow,
+		Doc:      "rectified-flow velocity regression (Liu et al., 2022)",
+		Requires: func(RoleConfig) []string { return keys(rollout.KeySamples) },
+		Produces: func(RoleConfig) []string { return keys(rollout.KeyVelocity) },
+		New:      func(c RoleConfig) (Specialization, error) { return newFlowMatching(c) },
+	})
+	MustRegister(Contract{
+		Name: "flow_actor", Data: DataFlowRL, Estimator: true,
+		Doc: "Flow-GRPO: SDE step log-probs under a PPO clip (Liu et al., 2025)",
+		Requires: func(c RoleConfig) []string {
+			return trainOnly(c, []string{rollout.KeyTrajectories}, rollout.KeyRewards, rollout.KeySamplerLogProbs)
+		},
+		Produces: func(RoleConfig) []string { return keys(rollout.KeyStepLogProbs) },
+		New:      func(c RoleConfig) (Specialization, error) { return newFlowActor(c) },
+	})
+}
 
 // Flow data lives in wide per-row columns (see SetRowVectors): samples/i holds component i
 // of a data point x_0; trajectories/i holds one SDE transition per row laid out as
@@ -48,7 +67,7 @@ func (b flowBase) Contract() Contract { return b.contract }
 func (b flowBase) Reducer(Batch) loss.Reducer { return loss.Reducer{Mode: loss.AggTokenMean} }
 
 // rowVectors reads the wide per-row column key for rows as a flat [len(rows)·D] slice.
-func rowVectors(data *estimators.Rollout, key string, rows []int, from, dim int) []float32 {
+func rowVectors(data *rollout.Rollout, key string, rows []int, from, dim int) []float32 {
 	out := make([]float32, len(rows)*dim)
 	for c := range dim {
 		col := data.Row[WideName(key, from+c)]
@@ -63,10 +82,10 @@ func rowVectors(data *estimators.Rollout, key string, rows []int, from, dim int)
 // x_σ = (1 − σ)x_0 + σε, u = ε − x_0, L = mean_samples mean_dims (v_θ(x_σ, σ) − u)², with
 // σ ~ U(0,1) or logit-normal (flow_sigma_sampling) and ε ~ N(0, I) drawn on the host from
 // opts.Seed and opts.Rollout.
-type FlowMatching struct{ flowBase }
+type flowMatching struct{ flowBase }
 
-// NewFlowMatching builds the flow specialization.
-func NewFlowMatching(cfg RoleConfig) (*FlowMatching, error) {
+// newFlowMatching builds the flow specialization.
+func newFlowMatching(cfg RoleConfig) (*flowMatching, error) {
 	b, err := newFlowBase("flow", cfg)
 	if err == nil {
 		switch cfg.Knobs.FlowSigmaSampling {
@@ -75,15 +94,15 @@ func NewFlowMatching(cfg RoleConfig) (*FlowMatching, error) {
 			err = fmt.Errorf("flow: unknown flow_sigma_sampling %q", cfg.Knobs.FlowSigmaSampling)
 		}
 	}
-	return &FlowMatching{b}, err
+	return &flowMatching{b}, err
 }
 
 // PrepareBatch reads samples.
-func (s *FlowMatching) PrepareBatch(data *estimators.Rollout, opts BatchOptions) ([]map[string]*tensors.Tensor, error) {
+func (s *flowMatching) PrepareBatch(data *rollout.Rollout, opts BatchOptions) ([]map[string]*tensors.Tensor, error) {
 	if err := requireKeys(s.contract.Name, data, s.contract.Requires(s.cfg)); err != nil {
 		return nil, err
 	}
-	D, n := wideDim(data.Row, KeySamples), data.Len()
+	D, n := wideDim(data.Row, rollout.KeySamples), data.Len()
 	rng := rand.New(rand.NewPCG(opts.Seed, uint64(opts.Rollout)))
 	noise := make([]float32, n*D)
 	sigma := make([]float64, n)
@@ -101,7 +120,7 @@ func (s *FlowMatching) PrepareBatch(data *estimators.Rollout, opts BatchOptions)
 	for _, c := range chunks(n, opts.MicroBatchSize) {
 		rows := span(c[0], c[1])
 		mbs = append(mbs, map[string]*tensors.Tensor{
-			bX:     tensors.FromFlatDataAndDimensions(rowVectors(data, KeySamples, rows, 0, D), len(rows), D),
+			bX:     tensors.FromFlatDataAndDimensions(rowVectors(data, rollout.KeySamples, rows, 0, D), len(rows), D),
 			bNoise: tensors.FromFlatDataAndDimensions(noise[c[0]*D:c[1]*D], len(rows), D),
 			bSigma: rowValues(sigma, rows),
 		})
@@ -111,17 +130,17 @@ func (s *FlowMatching) PrepareBatch(data *estimators.Rollout, opts BatchOptions)
 }
 
 // ExtractModelOutput is the predicted velocity at x_σ and the target u.
-func (s *FlowMatching) ExtractModelOutput(ctx *context.Context, m *runtime.VelocityModel, batch Batch) (Output, error) {
+func (s *flowMatching) ExtractModelOutput(ctx *context.Context, m *runtime.VelocityModel, batch Batch) (Output, error) {
 	xs, u, err := loss.FlowInterpolate(batch[bX], batch[bNoise], batch[bSigma])
 	if err != nil {
 		return nil, err
 	}
-	return Output{KeyVelocity: m.Forward(ctx, xs, batch[bSigma]), "target": u}, nil
+	return Output{rollout.KeyVelocity: m.Forward(ctx, xs, batch[bSigma]), "target": u}, nil
 }
 
 // ComputeLoss is the rectified-flow velocity loss.
-func (s *FlowMatching) ComputeLoss(out Output, batch Batch, _ loss.Reducer) (*Node, map[string]*Node, error) {
-	res, err := loss.RectifiedFlowLoss(out[KeyVelocity], out["target"], batch[bCount])
+func (s *flowMatching) ComputeLoss(out Output, batch Batch, _ loss.Reducer) (*Node, map[string]*Node, error) {
+	res, err := loss.RectifiedFlowLoss(out[rollout.KeyVelocity], out["target"], batch[bCount])
 	if err != nil {
 		return nil, nil, err
 	}
@@ -129,42 +148,42 @@ func (s *FlowMatching) ComputeLoss(out Output, batch Batch, _ loss.Reducer) (*No
 }
 
 // Loss is the runtime.LossOf[*runtime.VelocityModel] of the role.
-func (s *FlowMatching) Loss() runtime.LossOf[*runtime.VelocityModel] { return lossFn(s) }
+func (s *flowMatching) Loss() runtime.LossOf[*runtime.VelocityModel] { return lossFn(s) }
 
 // Produce is the forward-only velocity at the batch's x_σ.
-func (s *FlowMatching) Produce() runtime.OutputOf[*runtime.VelocityModel] {
+func (s *flowMatching) Produce() runtime.OutputOf[*runtime.VelocityModel] {
 	return func(ctx *context.Context, m *runtime.VelocityModel, batch map[string]*Node) map[string]*Node {
 		out, err := s.ExtractModelOutput(ctx, m, batch)
 		if err != nil {
 			panic(err)
 		}
-		return map[string]*Node{KeyVelocity: out[KeyVelocity]}
+		return map[string]*Node{rollout.KeyVelocity: out[rollout.KeyVelocity]}
 	}
 }
 
-// FlowActor is Flow-GRPO (Liu et al., 2025): every SDE step of the sampler is a Gaussian
+// flowActor is Flow-GRPO (Liu et al., 2025): every SDE step of the sampler is a Gaussian
 // policy step with log p(x_next | x) from the velocity model (noise level a =
 // flow_noise_level, σ_max = 1 − 1/flow_steps for σ = 1), trained with PPO (ε =
 // flow_clip_eps) on group-normalised rewards (r − mean)/(std + 1e-4) clipped to [−5, 5],
 // one advantage per trajectory for all its steps. A row is one transition (see
 // trajectories); its sampler_log_probs is a per-row column. Metrics: clipfrac, ppo_kl,
 // ratio_mean/max/min.
-type FlowActor struct{ flowBase }
+type flowActor struct{ flowBase }
 
-// NewFlowActor builds the flow_actor specialization.
-func NewFlowActor(cfg RoleConfig) (*FlowActor, error) {
+// newFlowActor builds the flow_actor specialization.
+func newFlowActor(cfg RoleConfig) (*flowActor, error) {
 	b, err := newFlowBase("flow_actor", cfg)
 	if err == nil && cfg.Knobs.FlowSteps < 2 {
 		err = fmt.Errorf("flow_actor: flow_steps must be >= 2, got %d", cfg.Knobs.FlowSteps)
 	}
-	return &FlowActor{b}, err
+	return &flowActor{b}, err
 }
 
 // ComputeAdvantages sets Row["advantages"]: Flow-GRPO's group-normalised, clipped rewards
 // (groups by GroupID, trajectories by Traj; population std as flow_grpo's numpy).
-func (s *FlowActor) ComputeAdvantages(data *estimators.Rollout) ([]string, error) {
+func (s *flowActor) ComputeAdvantages(data *rollout.Rollout) ([]string, error) {
 	if data.Reward == nil {
-		return nil, fmt.Errorf("flow_actor: the rollout has no %q column", KeyRewards)
+		return nil, fmt.Errorf("flow_actor: the rollout has no %q column", rollout.KeyRewards)
 	}
 	n := data.Len()
 	group := func(i int) string {
@@ -204,12 +223,12 @@ func (s *FlowActor) ComputeAdvantages(data *estimators.Rollout) ([]string, error
 		std := math.Sqrt(math.Max(st.sq/st.n-mean*mean, 0))
 		adv[i] = math.Max(-5, math.Min(5, (data.Reward[i]-mean)/(std+1e-4)))
 	}
-	return nil, data.SetRow(estimators.KeyAdvantages, adv)
+	return nil, data.SetRow(rollout.KeyAdvantages, adv)
 }
 
 // PrepareBatch reads trajectories, rewards (through ComputeAdvantages, unless the rollout
 // already holds advantages) and sampler_log_probs.
-func (s *FlowActor) PrepareBatch(data *estimators.Rollout, opts BatchOptions) ([]map[string]*tensors.Tensor, error) {
+func (s *flowActor) PrepareBatch(data *rollout.Rollout, opts BatchOptions) ([]map[string]*tensors.Tensor, error) {
 	if err := requireKeys(s.contract.Name, data, s.contract.Requires(s.cfg)); err != nil {
 		return nil, err
 	}
@@ -217,14 +236,14 @@ func (s *FlowActor) PrepareBatch(data *estimators.Rollout, opts BatchOptions) ([
 }
 
 // batches cuts the transitions into micro-batches; trainable adds the PPO inputs.
-func (s *FlowActor) batches(data *estimators.Rollout, opts BatchOptions, trainable bool) ([]map[string]*tensors.Tensor, error) {
-	W := wideDim(data.Row, KeyTrajectories)
+func (s *flowActor) batches(data *rollout.Rollout, opts BatchOptions, trainable bool) ([]map[string]*tensors.Tensor, error) {
+	W := wideDim(data.Row, rollout.KeyTrajectories)
 	if W < 4 || W%2 != 0 {
 		return nil, fmt.Errorf("flow_actor: trajectories have %d components, want 2·D + 2", W)
 	}
 	D := (W - 2) / 2
 	if trainable {
-		if _, ok := data.Row[estimators.KeyAdvantages]; !ok {
+		if _, ok := data.Row[rollout.KeyAdvantages]; !ok {
 			data = shallowCopy(data)
 			if _, err := s.ComputeAdvantages(data); err != nil {
 				return nil, err
@@ -236,14 +255,14 @@ func (s *FlowActor) batches(data *estimators.Rollout, opts BatchOptions, trainab
 		rows := span(c[0], c[1])
 		R := len(rows)
 		mb := map[string]*tensors.Tensor{
-			bX:         tensors.FromFlatDataAndDimensions(rowVectors(data, KeyTrajectories, rows, 0, D), R, D),
-			bXNext:     tensors.FromFlatDataAndDimensions(rowVectors(data, KeyTrajectories, rows, D, D), R, D),
-			bSigma:     tensors.FromFlatDataAndDimensions(rowVectors(data, KeyTrajectories, rows, 2*D, 1), R),
-			bSigmaNext: tensors.FromFlatDataAndDimensions(rowVectors(data, KeyTrajectories, rows, 2*D+1, 1), R),
+			bX:         tensors.FromFlatDataAndDimensions(rowVectors(data, rollout.KeyTrajectories, rows, 0, D), R, D),
+			bXNext:     tensors.FromFlatDataAndDimensions(rowVectors(data, rollout.KeyTrajectories, rows, D, D), R, D),
+			bSigma:     tensors.FromFlatDataAndDimensions(rowVectors(data, rollout.KeyTrajectories, rows, 2*D, 1), R),
+			bSigmaNext: tensors.FromFlatDataAndDimensions(rowVectors(data, rollout.KeyTrajectories, rows, 2*D+1, 1), R),
 		}
 		if trainable {
-			mb[bOldLogp] = rowValues(data.Row[KeySamplerLogProbs], rows)
-			mb[bAdv] = rowValues(data.Row[estimators.KeyAdvantages], rows)
+			mb[bOldLogp] = rowValues(data.Row[rollout.KeySamplerLogProbs], rows)
+			mb[bAdv] = rowValues(data.Row[rollout.KeyAdvantages], rows)
 		}
 		mbs = append(mbs, mb)
 	}
@@ -252,7 +271,7 @@ func (s *FlowActor) batches(data *estimators.Rollout, opts BatchOptions, trainab
 }
 
 // stepLogProb is log p_θ(x_next | x) of each transition.
-func (s *FlowActor) stepLogProb(ctx *context.Context, m *runtime.VelocityModel, batch Batch) (*Node, error) {
+func (s *flowActor) stepLogProb(ctx *context.Context, m *runtime.VelocityModel, batch Batch) (*Node, error) {
 	v := m.Forward(ctx, batch[bX], batch[bSigma])
 	st, err := loss.SDEStepLogProb(batch[bX], v, batch[bXNext], batch[bSigma], batch[bSigmaNext],
 		loss.SDEConfig{NoiseLevel: s.cfg.Knobs.FlowNoiseLevel, SigmaMax: 1 - 1/float64(s.cfg.Knobs.FlowSteps)})
@@ -263,18 +282,18 @@ func (s *FlowActor) stepLogProb(ctx *context.Context, m *runtime.VelocityModel, 
 }
 
 // ExtractModelOutput is the step log-probs.
-func (s *FlowActor) ExtractModelOutput(ctx *context.Context, m *runtime.VelocityModel, batch Batch) (Output, error) {
+func (s *flowActor) ExtractModelOutput(ctx *context.Context, m *runtime.VelocityModel, batch Batch) (Output, error) {
 	lp, err := s.stepLogProb(ctx, m, batch)
 	if err != nil {
 		return nil, err
 	}
-	return Output{KeyStepLogProbs: lp}, nil
+	return Output{rollout.KeyStepLogProbs: lp}, nil
 }
 
 // ComputeLoss is Flow-GRPO's clipped policy loss.
-func (s *FlowActor) ComputeLoss(out Output, batch Batch, _ loss.Reducer) (*Node, map[string]*Node, error) {
+func (s *flowActor) ComputeLoss(out Output, batch Batch, _ loss.Reducer) (*Node, map[string]*Node, error) {
 	eps := s.cfg.Knobs.FlowClipEps
-	res, err := loss.FlowGRPOLoss(out[KeyStepLogProbs], batch[bOldLogp], batch[bAdv], batch[bCount],
+	res, err := loss.FlowGRPOLoss(out[rollout.KeyStepLogProbs], batch[bOldLogp], batch[bAdv], batch[bCount],
 		loss.PPOConfig{EpsLow: eps, EpsHigh: eps})
 	if err != nil {
 		return nil, nil, err
@@ -283,16 +302,16 @@ func (s *FlowActor) ComputeLoss(out Output, batch Batch, _ loss.Reducer) (*Node,
 }
 
 // Loss is the runtime.LossOf[*runtime.VelocityModel] of the role.
-func (s *FlowActor) Loss() runtime.LossOf[*runtime.VelocityModel] { return lossFn(s) }
+func (s *flowActor) Loss() runtime.LossOf[*runtime.VelocityModel] { return lossFn(s) }
 
 // Produce is the forward-only step_log_probs of each transition (e.g. the sampler's).
-func (s *FlowActor) Produce() runtime.OutputOf[*runtime.VelocityModel] {
+func (s *flowActor) Produce() runtime.OutputOf[*runtime.VelocityModel] {
 	return func(ctx *context.Context, m *runtime.VelocityModel, batch map[string]*Node) map[string]*Node {
 		lp, err := s.stepLogProb(ctx, m, batch)
 		if err != nil {
 			panic(err)
 		}
-		return map[string]*Node{KeyStepLogProbs: lp}
+		return map[string]*Node{rollout.KeyStepLogProbs: lp}
 	}
 }
 
@@ -314,13 +333,13 @@ func NewFlowProducer(backend *runtime.Backend, spec Flow, m *runtime.VelocityMod
 
 // Produce computes the produced keys for every row of data and stores them under
 // rename[key] when set: one value per row in data.Row, vectors as wide Row columns.
-func (p *FlowProducer) Produce(data *estimators.Rollout, opts BatchOptions, rename map[string]string) error {
+func (p *FlowProducer) Produce(data *rollout.Rollout, opts BatchOptions, rename map[string]string) error {
 	name := p.spec.Contract().Name
 	var mbs []map[string]*tensors.Tensor
 	var err error
 	switch s := p.spec.(type) {
-	case *FlowActor:
-		if err = requireKeys(name, data, []string{KeyTrajectories}); err == nil {
+	case *flowActor:
+		if err = requireKeys(name, data, []string{rollout.KeyTrajectories}); err == nil {
 			mbs, err = s.batches(data, opts, false)
 		}
 	default:

@@ -7,7 +7,7 @@ import (
 
 	"github.com/gomlx/gomlx/pkg/core/tensors"
 
-	"stx.dev/stx/estimators"
+	"stx.dev/stx/rollout"
 	"stx.dev/stx/runtime"
 	"stx.dev/stx/schema"
 )
@@ -59,9 +59,9 @@ func tinyModel(t testing.TB, valueHead bool) *runtime.Model {
 
 // lmRollout builds rows of random byte tokens: a prompt of 3–4 tokens and a completion of
 // 4–8 tokens (mask 1), rewards in {0, 1}, groups of two, sampler log-probs around −5.
-func lmRollout(rows int, seed uint64) *estimators.Rollout {
+func lmRollout(rows int, seed uint64) *rollout.Rollout {
 	rng := rand.New(rand.NewPCG(seed, 1))
-	r := &estimators.Rollout{Tok: map[string][][]float32{}, Row: map[string][]float64{}}
+	r := &rollout.Rollout{Tok: map[string][][]float32{}, Row: map[string][]float64{}}
 	for i := range rows {
 		p, c := 3+rng.IntN(2), 4+rng.IntN(5)
 		tok := make([]int32, p+c)
@@ -79,7 +79,7 @@ func lmRollout(rows int, seed uint64) *estimators.Rollout {
 		r.PromptLen = append(r.PromptLen, p)
 		r.Reward = append(r.Reward, float64(rng.IntN(2)))
 		r.GroupID = append(r.GroupID, string(rune('a'+i/2)))
-		r.Tok[KeySamplerLogProbs] = append(r.Tok[KeySamplerLogProbs], lp)
+		r.Tok[rollout.KeySamplerLogProbs] = append(r.Tok[rollout.KeySamplerLogProbs], lp)
 	}
 	// Rewards differ inside each group, so GRPO advantages are not all zero.
 	for i := 0; i+1 < rows; i += 2 {

@@ -7,7 +7,7 @@ import (
 	"github.com/gomlx/gomlx/pkg/core/tensors"
 	"github.com/gomlx/gomlx/pkg/ml/context"
 
-	"stx.dev/stx/estimators"
+	"stx.dev/stx/rollout"
 	"stx.dev/stx/runtime"
 	"stx.dev/stx/specializations/loss"
 )
@@ -51,7 +51,7 @@ func newLMBase(name string, cfg RoleConfig) (lmBase, error) {
 func (b lmBase) Contract() Contract { return b.contract }
 
 // requires checks data against the role's required keys.
-func (b lmBase) requires(data *estimators.Rollout) error {
+func (b lmBase) requires(data *rollout.Rollout) error {
 	return requireKeys(b.contract.Name, data, b.contract.Requires(b.cfg))
 }
 
@@ -85,7 +85,7 @@ func (b lmBase) ExtractModelOutput(ctx *context.Context, m *runtime.Model, batch
 		return nil, fmt.Errorf("%s: the batch has no tokens/targets", b.contract.Name)
 	}
 	logits, lp := forward(ctx, m, batch)
-	return Output{KeyLogits: logits, KeyLogProbs: lp}, nil
+	return Output{rollout.KeyLogits: logits, rollout.KeyLogProbs: lp}, nil
 }
 
 // Produce is the forward-only log_probs (with the in-role reference the same function
@@ -93,14 +93,14 @@ func (b lmBase) ExtractModelOutput(ctx *context.Context, m *runtime.Model, batch
 func (b lmBase) Produce() runtime.OutputFn {
 	return func(ctx *context.Context, m *runtime.Model, batch map[string]*Node) map[string]*Node {
 		_, lp := forward(ctx, m, batch)
-		return map[string]*Node{KeyLogProbs: lp}
+		return map[string]*Node{rollout.KeyLogProbs: lp}
 	}
 }
 
 // frozenOrChecked is the start of every LM PrepareBatch: a frozen role's micro-batches are the
 // forward-only ones, a trainable role's data must hold its required keys. done reports that
 // mbs and err are PrepareBatch's answer (a frozen role, or missing keys).
-func (b lmBase) frozenOrChecked(data *estimators.Rollout, opts BatchOptions) (mbs []map[string]*tensors.Tensor, done bool, err error) {
+func (b lmBase) frozenOrChecked(data *rollout.Rollout, opts BatchOptions) (mbs []map[string]*tensors.Tensor, done bool, err error) {
 	if !b.cfg.Role.Trainable {
 		mbs, err = b.forwardBatches(data, opts, 1)
 		return mbs, true, err
@@ -113,8 +113,8 @@ func (b lmBase) frozenOrChecked(data *estimators.Rollout, opts BatchOptions) (mb
 
 // forwardBatches are the micro-batches of a forward-only pass: tokens, targets, loss mask,
 // last-token one-hot. A frozen role's PrepareBatch is exactly this.
-func (b lmBase) forwardBatches(data *estimators.Rollout, opts BatchOptions, unit int) ([]map[string]*tensors.Tensor, error) {
-	if err := requireKeys(b.contract.Name, data, []string{KeyTokens, KeyLossMask}); err != nil {
+func (b lmBase) forwardBatches(data *rollout.Rollout, opts BatchOptions, unit int) ([]map[string]*tensors.Tensor, error) {
+	if err := requireKeys(b.contract.Name, data, []string{rollout.KeyTokens, rollout.KeyLossMask}); err != nil {
 		return nil, err
 	}
 	return b.lmBatches(data, opts, unit, nil)
@@ -123,7 +123,7 @@ func (b lmBase) forwardBatches(data *estimators.Rollout, opts BatchOptions, unit
 // lmBatches cuts data into micro-batches of opts.MicroBatchSize units of unit rows (1 for
 // sequences, 2 for preference pairs), with the forward keys, the loss_agg_mode denominators of the
 // whole mini-batch, and whatever extra adds for each micro-batch's rows.
-func (b lmBase) lmBatches(data *estimators.Rollout, opts BatchOptions, unit int,
+func (b lmBase) lmBatches(data *rollout.Rollout, opts BatchOptions, unit int,
 	extra func(mb map[string]*tensors.Tensor, rows []int) error) ([]map[string]*tensors.Tensor, error) {
 	n := data.Len()
 	if n%unit != 0 {
@@ -167,14 +167,14 @@ func NewProducer(backend *runtime.Backend, spec LM, m *runtime.Model) (*Producer
 
 // forwarder is implemented by every LM specialization of this package.
 type forwarder interface {
-	forwardBatches(data *estimators.Rollout, opts BatchOptions, unit int) ([]map[string]*tensors.Tensor, error)
+	forwardBatches(data *rollout.Rollout, opts BatchOptions, unit int) ([]map[string]*tensors.Tensor, error)
 }
 
 // Produce computes the produced keys for every row of data and stores them in data, each
 // under rename[key] when set: per-token outputs in data.Tok aligned with the tokens
 // (token 0, which nothing predicts, gets 0), per-row outputs in data.Row, per-token
 // vectors (logits) as wide Tok columns.
-func (p *Producer) Produce(data *estimators.Rollout, opts BatchOptions, rename map[string]string) error {
+func (p *Producer) Produce(data *rollout.Rollout, opts BatchOptions, rename map[string]string) error {
 	f, ok := p.spec.(forwarder)
 	if !ok {
 		return fmt.Errorf("%s: no forward-only batches", p.spec.Contract().Name)
@@ -250,7 +250,7 @@ func (p *Producer) Produce(data *estimators.Rollout, opts BatchOptions, rename m
 		}
 	}
 	for k, v := range perRow {
-		if k == KeyRewards { // the rollout's own reward column
+		if k == rollout.KeyRewards { // the rollout's own reward column
 			data.Reward = v
 			continue
 		}

@@ -7,26 +7,68 @@ import (
 	"github.com/gomlx/gomlx/pkg/core/tensors"
 	"github.com/gomlx/gomlx/pkg/ml/context"
 
-	"stx.dev/stx/estimators"
+	"stx.dev/stx/rollout"
 	"stx.dev/stx/runtime"
 	"stx.dev/stx/specializations/loss"
 )
+
+func init() {
+	MustRegister(Contract{
+		Name: "dpo", Data: DataPreference,
+		Doc: "DPO family: sigmoid, cDPO, hinge, IPO (Rafailov et al., 2023; Azar et al., 2023)",
+		Requires: func(c RoleConfig) []string {
+			return trainOnly(c, lmForward, rollout.KeyChosen, rollout.KeyRefLogProbs)
+		},
+		Produces: func(c RoleConfig) []string { return withRef(c, rollout.KeyLogProbs) },
+		New:      func(c RoleConfig) (Specialization, error) { return newPairwise("dpo", c) },
+	})
+	MustRegister(Contract{
+		Name: "simpo", Data: DataPreference,
+		Doc:      "SimPO: reference-free length-normalised margin (Meng et al., 2024)",
+		Requires: func(c RoleConfig) []string { return trainOnly(c, lmForward, rollout.KeyChosen) },
+		Produces: func(RoleConfig) []string { return keys(rollout.KeyLogProbs) },
+		New:      func(c RoleConfig) (Specialization, error) { return newPairwise("simpo", c) },
+	})
+	MustRegister(Contract{
+		Name: "orpo", Data: DataPreference,
+		Doc:      "ORPO: chosen NLL plus odds-ratio term (Hong et al., 2024)",
+		Requires: func(c RoleConfig) []string { return trainOnly(c, lmForward, rollout.KeyChosen) },
+		Produces: func(RoleConfig) []string { return keys(rollout.KeyLogProbs) },
+		New:      func(c RoleConfig) (Specialization, error) { return newPairwise("orpo", c) },
+	})
+	MustRegister(Contract{
+		Name: "kto", Data: DataKTO,
+		Doc: "KTO: desirable/undesirable examples against a KL baseline (Ethayarajh et al., 2024)",
+		Requires: func(c RoleConfig) []string {
+			return trainOnly(c, lmForward, rollout.KeyLabel, rollout.KeyRefLogProbs)
+		},
+		Produces: func(c RoleConfig) []string { return withRef(c, rollout.KeyLogProbs) },
+		New:      func(c RoleConfig) (Specialization, error) { return newKTO(c) },
+	})
+	MustRegister(Contract{
+		Name: "reward_model", Data: DataPreference, ValueHead: true,
+		Doc:      "Bradley–Terry reward model with a scalar head (Ouyang et al., 2022)",
+		Requires: func(c RoleConfig) []string { return trainOnly(c, lmForward, rollout.KeyChosen) },
+		Produces: func(RoleConfig) []string { return keys(rollout.KeyRewards) },
+		New:      func(c RoleConfig) (Specialization, error) { return newRewardModel(c) },
+	})
+}
 
 // Preference data: a pair is two consecutive rows (2i, 2i+1) of one prompt, one with
 // chosen = 1 and the other with chosen = 0 (in either order). Micro-batches hold whole
 // pairs; the pair count of the whole mini-batch is a batch input, so the micro-batch
 // losses add up to the mini-batch mean (loss = mean over pairs, as in TRL).
 
-// Pairwise is the DPO family and its reference-free relatives on preference pairs:
+// pairwise is the DPO family and its reference-free relatives on preference pairs:
 // dpo (sigmoid; cDPO with label_smoothing; hinge; ipo through dpo_loss_type), simpo and
 // orpo (Rafailov et al., 2023; Azar et al., 2023; Meng et al., 2024; Hong et al., 2024). Metrics: accuracy, margins, chosen_rewards, rejected_rewards
 // (dpo), accuracy (simpo, orpo).
-type Pairwise struct {
+type pairwise struct {
 	lmBase
 }
 
-// NewPairwise builds the dpo, simpo or orpo specialization named by name.
-func NewPairwise(name string, cfg RoleConfig) (*Pairwise, error) {
+// newPairwise builds the dpo, simpo or orpo specialization named by name.
+func newPairwise(name string, cfg RoleConfig) (*pairwise, error) {
 	switch name {
 	case "dpo", "simpo", "orpo":
 	default:
@@ -43,15 +85,15 @@ func NewPairwise(name string, cfg RoleConfig) (*Pairwise, error) {
 			return nil, fmt.Errorf("dpo: unknown dpo_loss_type %q", cfg.Knobs.DPOLossType)
 		}
 	}
-	return &Pairwise{b}, nil
+	return &pairwise{b}, nil
 }
 
 // checkPairs verifies that rows form (chosen, rejected) pairs.
-func checkPairs(name string, data *estimators.Rollout) error {
+func checkPairs(name string, data *rollout.Rollout) error {
 	if data.Len()%2 != 0 {
 		return fmt.Errorf("%s: %d rows do not form pairs", name, data.Len())
 	}
-	ch := data.Row[KeyChosen]
+	ch := data.Row[rollout.KeyChosen]
 	for i := 0; i < len(ch); i += 2 {
 		if !((ch[i] == 1 && ch[i+1] == 0) || (ch[i] == 0 && ch[i+1] == 1)) {
 			return fmt.Errorf("%s: rows %d and %d are not a chosen/rejected pair (chosen = %g, %g)", name, i, i+1, ch[i], ch[i+1])
@@ -62,7 +104,7 @@ func checkPairs(name string, data *estimators.Rollout) error {
 
 // pairBatches are the micro-batches of preference pairs: forward keys, chosen flags, the
 // pair count, and the per-token keys listed in tok (e.g. ref_log_probs).
-func (b lmBase) pairBatches(data *estimators.Rollout, opts BatchOptions, tok ...string) ([]map[string]*tensors.Tensor, error) {
+func (b lmBase) pairBatches(data *rollout.Rollout, opts BatchOptions, tok ...string) ([]map[string]*tensors.Tensor, error) {
 	if err := b.requires(data); err != nil {
 		return nil, err
 	}
@@ -71,7 +113,7 @@ func (b lmBase) pairBatches(data *estimators.Rollout, opts BatchOptions, tok ...
 	}
 	mbs, err := b.lmBatches(data, opts, 2, func(mb map[string]*tensors.Tensor, rows []int) error {
 		T := mb[bTokens].Shape().Dimensions[1]
-		mb[KeyChosen] = rowValues(data.Row[KeyChosen], rows)
+		mb[rollout.KeyChosen] = rowValues(data.Row[rollout.KeyChosen], rows)
 		for _, k := range tok {
 			mb[k] = shiftedTok(data.Tok[k], rows, T)
 		}
@@ -82,12 +124,12 @@ func (b lmBase) pairBatches(data *estimators.Rollout, opts BatchOptions, tok ...
 }
 
 // PrepareBatch reads tokens, loss_mask, chosen and (dpo) ref_log_probs.
-func (p *Pairwise) PrepareBatch(data *estimators.Rollout, opts BatchOptions) ([]map[string]*tensors.Tensor, error) {
+func (p *pairwise) PrepareBatch(data *rollout.Rollout, opts BatchOptions) ([]map[string]*tensors.Tensor, error) {
 	if !p.cfg.Role.Trainable {
 		return p.forwardBatches(data, opts, 1)
 	}
 	if p.contract.Name == "dpo" {
-		return p.pairBatches(data, opts, KeyRefLogProbs)
+		return p.pairBatches(data, opts, rollout.KeyRefLogProbs)
 	}
 	return p.pairBatches(data, opts)
 }
@@ -109,22 +151,22 @@ func pairBatch(lp *Node, batch Batch, withRef bool) (loss.PairBatch, error) {
 		return loss.PairBatch{}, err
 	}
 	pb := loss.PairBatch{Count: batch[bCount]}
-	pb.PolicyChosen, pb.PolicyRejected = splitPairs(sum, batch[KeyChosen])
-	pb.ChosenLengths, pb.RejectedLengths = splitPairs(n, batch[KeyChosen])
+	pb.PolicyChosen, pb.PolicyRejected = splitPairs(sum, batch[rollout.KeyChosen])
+	pb.ChosenLengths, pb.RejectedLengths = splitPairs(n, batch[rollout.KeyChosen])
 	if withRef {
-		ref, _, err := loss.SequenceLogProbs(batch[KeyRefLogProbs], batch[bLossMask])
+		ref, _, err := loss.SequenceLogProbs(batch[rollout.KeyRefLogProbs], batch[bLossMask])
 		if err != nil {
 			return loss.PairBatch{}, err
 		}
-		pb.RefChosen, pb.RefRejected = splitPairs(ref, batch[KeyChosen])
+		pb.RefChosen, pb.RefRejected = splitPairs(ref, batch[rollout.KeyChosen])
 	}
 	return pb, nil
 }
 
 // ComputeLoss is the specialization's preference loss.
-func (p *Pairwise) ComputeLoss(out Output, batch Batch, _ loss.Reducer) (*Node, map[string]*Node, error) {
+func (p *pairwise) ComputeLoss(out Output, batch Batch, _ loss.Reducer) (*Node, map[string]*Node, error) {
 	k := p.cfg.Knobs
-	pb, err := pairBatch(out[KeyLogProbs], batch, p.contract.Name == "dpo")
+	pb, err := pairBatch(out[rollout.KeyLogProbs], batch, p.contract.Name == "dpo")
 	if err != nil {
 		return nil, nil, err
 	}
@@ -145,38 +187,38 @@ func (p *Pairwise) ComputeLoss(out Output, batch Batch, _ loss.Reducer) (*Node, 
 }
 
 // Loss is the runtime.LossFn of the role.
-func (p *Pairwise) Loss() runtime.LossFn { return lossFn(p) }
+func (p *pairwise) Loss() runtime.LossFn { return lossFn(p) }
 
-// KTO is Kahneman–Tversky optimisation on single examples labelled desirable (label 1) or
+// kto is Kahneman–Tversky optimisation on single examples labelled desirable (label 1) or
 // undesirable (label 0) (KTO, Ethayarajh et al., 2024). Its KL baseline z0 comes from the rollout's
 // mismatched rows, label −1: a prompt with another example's completion (see
 // AddKTOMismatched), whose ref_log_probs the reference role produces with the rest. z0
 // is estimated per micro-batch from the micro-batch's mismatched rows (trl estimates it
 // per batch). Metrics: z0, accuracy (labelled examples whose policy−reference log-ratio has
 // the sign of their label).
-type KTO struct{ lmBase }
+type kto struct{ lmBase }
 
-// NewKTO builds the kto specialization.
-func NewKTO(cfg RoleConfig) (*KTO, error) {
+// newKTO builds the kto specialization.
+func newKTO(cfg RoleConfig) (*kto, error) {
 	b, err := newLMBase("kto", cfg)
-	return &KTO{b}, err
+	return &kto{b}, err
 }
 
 // PrepareBatch reads tokens, loss_mask, label and ref_log_probs.
-func (s *KTO) PrepareBatch(data *estimators.Rollout, opts BatchOptions) ([]map[string]*tensors.Tensor, error) {
+func (s *kto) PrepareBatch(data *rollout.Rollout, opts BatchOptions) ([]map[string]*tensors.Tensor, error) {
 	if mbs, done, err := s.frozenOrChecked(data, opts); done {
 		return mbs, err
 	}
 	examples := 0
-	for _, l := range data.Row[KeyLabel] {
+	for _, l := range data.Row[rollout.KeyLabel] {
 		if l >= 0 {
 			examples++
 		}
 	}
 	mbs, err := s.lmBatches(data, opts, 1, func(mb map[string]*tensors.Tensor, rows []int) error {
 		T := mb[bTokens].Shape().Dimensions[1]
-		mb[KeyLabel] = rowValues(data.Row[KeyLabel], rows)
-		mb[KeyRefLogProbs] = shiftedTok(data.Tok[KeyRefLogProbs], rows, T)
+		mb[rollout.KeyLabel] = rowValues(data.Row[rollout.KeyLabel], rows)
+		mb[rollout.KeyRefLogProbs] = shiftedTok(data.Tok[rollout.KeyRefLogProbs], rows, T)
 		return nil
 	})
 	setScalar(mbs, bCount, float64(examples))
@@ -184,17 +226,17 @@ func (s *KTO) PrepareBatch(data *estimators.Rollout, opts BatchOptions) ([]map[s
 }
 
 // ComputeLoss is the KTO loss: mean over the examples of the mini-batch.
-func (s *KTO) ComputeLoss(out Output, batch Batch, _ loss.Reducer) (*Node, map[string]*Node, error) {
+func (s *kto) ComputeLoss(out Output, batch Batch, _ loss.Reducer) (*Node, map[string]*Node, error) {
 	k := s.cfg.Knobs
-	p, _, err := loss.SequenceLogProbs(out[KeyLogProbs], batch[bLossMask])
+	p, _, err := loss.SequenceLogProbs(out[rollout.KeyLogProbs], batch[bLossMask])
 	if err != nil {
 		return nil, nil, err
 	}
-	ref, _, err := loss.SequenceLogProbs(batch[KeyRefLogProbs], batch[bLossMask])
+	ref, _, err := loss.SequenceLogProbs(batch[rollout.KeyRefLogProbs], batch[bLossMask])
 	if err != nil {
 		return nil, nil, err
 	}
-	label := ConvertDType(batch[KeyLabel], p.DType())
+	label := ConvertDType(batch[rollout.KeyLabel], p.DType())
 	zero := ZerosLike(label)
 	isKL := StopGradient(Where(LessThan(label, zero), OnesLike(label), zero))
 	isExample := OneMinus(isKL)
@@ -220,19 +262,19 @@ func (s *KTO) ComputeLoss(out Output, batch Batch, _ loss.Reducer) (*Node, map[s
 }
 
 // Loss is the runtime.LossFn of the role.
-func (s *KTO) Loss() runtime.LossFn { return lossFn(s) }
+func (s *kto) Loss() runtime.LossFn { return lossFn(s) }
 
 // AddKTOMismatched returns data with one mismatched row per labelled example appended:
 // example i's prompt followed by the completion of the next example (cyclically, trl's
 // shift by one), label −1, loss mask 1 on the completion. Call it before the reference
 // role produces ref_log_probs. Per-token columns other than the mask are zero on the new
 // rows and per-row columns are 0; string columns copy the prompt's row.
-func AddKTOMismatched(data *estimators.Rollout) (*estimators.Rollout, error) {
-	if data.PromptLen == nil || data.Mask == nil || data.Row[KeyLabel] == nil {
+func AddKTOMismatched(data *rollout.Rollout) (*rollout.Rollout, error) {
+	if data.PromptLen == nil || data.Mask == nil || data.Row[rollout.KeyLabel] == nil {
 		return nil, fmt.Errorf("kto mismatched rows: need prompt_len, loss_mask and label columns")
 	}
 	var ex []int
-	for i, l := range data.Row[KeyLabel] {
+	for i, l := range data.Row[rollout.KeyLabel] {
 		if l >= 0 {
 			ex = append(ex, i)
 		}
@@ -241,7 +283,7 @@ func AddKTOMismatched(data *estimators.Rollout) (*estimators.Rollout, error) {
 		return nil, fmt.Errorf("kto mismatched rows: need at least two labelled examples, have %d", len(ex))
 	}
 	out := shallowCopy(data)
-	add := &estimators.Rollout{}
+	add := &rollout.Rollout{}
 	for j, i := range ex {
 		o := ex[(j+1)%len(ex)]
 		p, po := data.PromptLen[i], data.PromptLen[o]
@@ -282,7 +324,7 @@ func AddKTOMismatched(data *estimators.Rollout) (*estimators.Rollout, error) {
 		c := append([]float64{}, col...)
 		for range add.Tokens {
 			v := 0.0
-			if k == KeyLabel {
+			if k == rollout.KeyLabel {
 				v = -1
 			}
 			c = append(c, v)
@@ -295,20 +337,20 @@ func AddKTOMismatched(data *estimators.Rollout) (*estimators.Rollout, error) {
 	return out, nil
 }
 
-// RewardModel is a Bradley–Terry reward model on preference pairs: the reward of a row is
+// rewardModel is a Bradley–Terry reward model on preference pairs: the reward of a row is
 // its value head at the last token, ℓ = −log σ(r_c − r_r − m) (+ reward centering)
 // (Bradley–Terry, as in Ouyang et al., 2022). It produces rewards (one per row) for a reward role. The model needs
 // a value head (runtime.Model.AddValueHead). Metric: accuracy.
-type RewardModel struct{ lmBase }
+type rewardModel struct{ lmBase }
 
-// NewRewardModel builds the reward_model specialization.
-func NewRewardModel(cfg RoleConfig) (*RewardModel, error) {
+// newRewardModel builds the reward_model specialization.
+func newRewardModel(cfg RoleConfig) (*rewardModel, error) {
 	b, err := newLMBase("reward_model", cfg)
-	return &RewardModel{b}, err
+	return &rewardModel{b}, err
 }
 
 // PrepareBatch reads tokens, loss_mask and chosen.
-func (s *RewardModel) PrepareBatch(data *estimators.Rollout, opts BatchOptions) ([]map[string]*tensors.Tensor, error) {
+func (s *rewardModel) PrepareBatch(data *rollout.Rollout, opts BatchOptions) ([]map[string]*tensors.Tensor, error) {
 	if !s.cfg.Role.Trainable {
 		return s.forwardBatches(data, opts, 1)
 	}
@@ -325,17 +367,17 @@ func rowRewards(ctx *context.Context, m *runtime.Model, batch Batch) (*Node, err
 }
 
 // ExtractModelOutput is the per-row reward.
-func (s *RewardModel) ExtractModelOutput(ctx *context.Context, m *runtime.Model, batch Batch) (Output, error) {
+func (s *rewardModel) ExtractModelOutput(ctx *context.Context, m *runtime.Model, batch Batch) (Output, error) {
 	r, err := rowRewards(ctx, m, batch)
 	if err != nil {
 		return nil, fmt.Errorf("reward_model: %w", err)
 	}
-	return Output{KeyRewards: r}, nil
+	return Output{rollout.KeyRewards: r}, nil
 }
 
 // ComputeLoss is the Bradley–Terry loss with margin rm_margin and center_rewards_coef.
-func (s *RewardModel) ComputeLoss(out Output, batch Batch, _ loss.Reducer) (*Node, map[string]*Node, error) {
-	rc, rr := splitPairs(out[KeyRewards], batch[KeyChosen])
+func (s *rewardModel) ComputeLoss(out Output, batch Batch, _ loss.Reducer) (*Node, map[string]*Node, error) {
+	rc, rr := splitPairs(out[rollout.KeyRewards], batch[rollout.KeyChosen])
 	b := loss.RewardPairBatch{Chosen: rc, Rejected: rr, Count: batch[bCount]}
 	if m := s.cfg.Knobs.RMMargin; m != 0 {
 		b.Margin = AddScalar(ZerosLike(rc), m)
@@ -348,15 +390,15 @@ func (s *RewardModel) ComputeLoss(out Output, batch Batch, _ loss.Reducer) (*Nod
 }
 
 // Loss is the runtime.LossFn of the role.
-func (s *RewardModel) Loss() runtime.LossFn { return lossFn(s) }
+func (s *rewardModel) Loss() runtime.LossFn { return lossFn(s) }
 
 // Produce is the forward-only reward of every row.
-func (s *RewardModel) Produce() runtime.OutputFn {
+func (s *rewardModel) Produce() runtime.OutputFn {
 	return func(ctx *context.Context, m *runtime.Model, batch map[string]*Node) map[string]*Node {
 		r, err := rowRewards(ctx, m, batch)
 		if err != nil {
 			panic(fmt.Errorf("reward_model: %w", err))
 		}
-		return map[string]*Node{KeyRewards: r}
+		return map[string]*Node{rollout.KeyRewards: r}
 	}
 }

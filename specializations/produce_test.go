@@ -6,6 +6,7 @@ import (
 
 	"github.com/gomlx/gomlx/pkg/core/tensors"
 
+	"stx.dev/stx/rollout"
 	"stx.dev/stx/runtime"
 	"stx.dev/stx/schema"
 	"stx.dev/stx/specializations/loss"
@@ -22,7 +23,7 @@ func TestReferenceProducesLogProbs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	data := rolloutWith(t, []string{KeyTokens, KeyLossMask}, 4)
+	data := rolloutWith(t, []string{rollout.KeyTokens, rollout.KeyLossMask}, 4)
 	p, err := NewProducer(testBackend(t), s.(LM), m)
 	if err != nil {
 		t.Fatal(err)
@@ -31,7 +32,7 @@ func TestReferenceProducesLogProbs(t *testing.T) {
 	if err := p.Produce(data, opts, nil); err != nil {
 		t.Fatal(err)
 	}
-	lp := data.Tok[KeyLogProbs]
+	lp := data.Tok[rollout.KeyLogProbs]
 	var sum, n float64
 	for b, row := range lp {
 		if row[0] != 0 {
@@ -44,7 +45,7 @@ func TestReferenceProducesLogProbs(t *testing.T) {
 			}
 		}
 	}
-	sft, _ := NewSFT(RoleConfig{Role: schema.Role{Name: "p", Trainable: true}, Knobs: defaultKnobs()})
+	sft, _ := newSFT(RoleConfig{Role: schema.Role{Name: "p", Trainable: true}, Knobs: defaultKnobs()})
 	mbs, err := sft.PrepareBatch(data, opts)
 	if err != nil {
 		t.Fatal(err)
@@ -69,13 +70,13 @@ func TestReferenceProducesLogProbs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := pr.Produce(data, opts, map[string]string{KeyLogProbs: KeyRefLogProbs}); err != nil {
+	if err := pr.Produce(data, opts, map[string]string{rollout.KeyLogProbs: rollout.KeyRefLogProbs}); err != nil {
 		t.Fatal(err)
 	}
 	for b := range lp {
 		for i := range lp[b] {
-			if data.Tok[KeyRefLogProbs][b][i] != lp[b][i] {
-				t.Fatalf("ref_log_probs[%d][%d] = %v, log_probs %v", b, i, data.Tok[KeyRefLogProbs][b][i], lp[b][i])
+			if data.Tok[rollout.KeyRefLogProbs][b][i] != lp[b][i] {
+				t.Fatalf("ref_log_probs[%d][%d] = %v, log_probs %v", b, i, data.Tok[rollout.KeyRefLogProbs][b][i], lp[b][i])
 			}
 		}
 	}
@@ -100,7 +101,7 @@ func TestProducedKeys(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		data := rolloutWith(t, []string{KeyTokens, KeyLossMask}, 5)
+		data := rolloutWith(t, []string{rollout.KeyTokens, rollout.KeyLossMask}, 5)
 		if err := p.Produce(data, BatchOptions{MicroBatchSize: 4, Pad: 256}, nil); err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
@@ -212,7 +213,7 @@ func TestDPOMatchesHostReference(t *testing.T) {
 		t.Fatal(err)
 	}
 	data := rolloutWith(t, s.Contract().Requires(cfg), 9)
-	ch := data.Row[KeyChosen]
+	ch := data.Row[rollout.KeyChosen]
 	ch[2], ch[3] = 0, 1 // the second pair lists its rejected answer first
 	m := tinyModel(t, false)
 	p, err := NewProducer(testBackend(t), s.(LM), m)
@@ -235,8 +236,8 @@ func TestDPOMatchesHostReference(t *testing.T) {
 		if ch[i] == 0 {
 			c, r = r, c
 		}
-		h := (seq(data.Tok[KeyLogProbs], c) - seq(data.Tok[KeyRefLogProbs], c)) -
-			(seq(data.Tok[KeyLogProbs], r) - seq(data.Tok[KeyRefLogProbs], r))
+		h := (seq(data.Tok[rollout.KeyLogProbs], c) - seq(data.Tok[rollout.KeyRefLogProbs], c)) -
+			(seq(data.Tok[rollout.KeyLogProbs], r) - seq(data.Tok[rollout.KeyRefLogProbs], r))
 		want += math.Log1p(math.Exp(-k.Beta * h)) // −log σ(βh)
 	}
 	want /= float64(data.Len() / 2)
@@ -289,7 +290,7 @@ func TestPPOMatchesHostReference(t *testing.T) {
 				continue
 			}
 			a := float64(adv[b][i])
-			rho := math.Exp(float64(data.Tok[KeyLogProbs][b][i]) - float64(data.Tok[KeySamplerLogProbs][b][i]))
+			rho := math.Exp(float64(data.Tok[rollout.KeyLogProbs][b][i]) - float64(data.Tok[rollout.KeySamplerLogProbs][b][i]))
 			sum += math.Max(-a*rho, -a*math.Min(math.Max(rho, 0.8), 1.2))
 			n++
 		}

@@ -3,9 +3,13 @@
 // An algorithm is a specialization plus a recipe, never a switch on a role's
 // name.
 //
-// Each specialization declares a Contract: the data keys its role's batch
-// needs (Requires) and the keys it can compute forward-only for other roles
-// (Produces). `stx vet` checks a recipe's data flow against these contracts
+// Each specialization's file registers its own Contract (there is no
+// central list): the data keys its role's batch needs (Requires) and the
+// keys it can compute forward-only for other roles (Produces), both named
+// by package rollout, and capability flags (Estimator, Teacher, ValueHead,
+// TeacherBatches, CandidateActions, ...) that the engine reads instead of
+// the specialization's name; the implementations are unexported, reached
+// through the registry and the Specialization interface. `stx vet` checks a recipe's data flow against these contracts
 // before any tensor is allocated. Contract.New builds the implementation: a
 // Specialization turns rollout rows into micro-batches (PrepareBatch), says
 // what its model outputs inside the compiled graph (ExtractModelOutput) and
@@ -23,30 +27,8 @@ import (
 	"strings"
 	"sync"
 
+	"stx.dev/stx/rollout"
 	"stx.dev/stx/schema"
-)
-
-// Data keys exchanged between the rollout side, roles and syncs.
-const (
-	KeyTokens          = "tokens"            // prompt + completion token ids
-	KeyLossMask        = "loss_mask"         // 1 on trainable completion tokens
-	KeyRewards         = "rewards"           // per-sequence scalar reward
-	KeySamplerLogProbs = "sampler_log_probs" // log-probs reported by the sampler
-	KeyLogProbs        = "log_probs"         // per-token log-probs of a model
-	KeyRefLogProbs     = "ref_log_probs"     // reference model's log-probs
-	KeyValues          = "values"            // critic predictions per token
-	KeyChosen          = "chosen"            // 1 for the chosen answer of a pair
-	KeyLabel           = "label"             // KTO desirable (1) / undesirable (0)
-	KeyTeacherLogProbs = "teacher_log_probs" // teacher's log-probs of the student's tokens
-	KeyLogits          = "logits"            // full next-token logits
-	KeyTeacherLogits   = "teacher_logits"    // teacher's full logits
-	KeyActions         = "actions"           // a model's greedy token at each position
-	KeyTeacherActions  = "teacher_actions"   // the teacher's labels at the student's states
-	KeyExecutedBy      = "executed_by"       // 1 where the teacher executed the rollout
-	KeySamples         = "samples"           // continuous data points (flow matching)
-	KeyTrajectories    = "trajectories"      // sampler states x_k, x_k+1, σ_k (Flow-GRPO)
-	KeyVelocity        = "velocity"          // a velocity model's prediction
-	KeyStepLogProbs    = "step_log_probs"    // per-step log-probs of an SDE sampler
 )
 
 // DataKind is the shape of data a specialization trains on; the rollout
@@ -68,19 +50,19 @@ const (
 func (d DataKind) Keys() []string {
 	switch d {
 	case DataRL:
-		return []string{KeyTokens, KeyLossMask, KeyRewards, KeySamplerLogProbs}
+		return []string{rollout.KeyTokens, rollout.KeyLossMask, rollout.KeyRewards, rollout.KeySamplerLogProbs}
 	case DataSFT:
-		return []string{KeyTokens, KeyLossMask}
+		return []string{rollout.KeyTokens, rollout.KeyLossMask}
 	case DataPreference:
-		return []string{KeyTokens, KeyLossMask, KeyChosen}
+		return []string{rollout.KeyTokens, rollout.KeyLossMask, rollout.KeyChosen}
 	case DataKTO:
-		return []string{KeyTokens, KeyLossMask, KeyLabel}
+		return []string{rollout.KeyTokens, rollout.KeyLossMask, rollout.KeyLabel}
 	case DataFlow:
-		return []string{KeySamples}
+		return []string{rollout.KeySamples}
 	case DataFlowRL:
-		return []string{KeyTrajectories, KeyRewards, KeySamplerLogProbs}
+		return []string{rollout.KeyTrajectories, rollout.KeyRewards, rollout.KeySamplerLogProbs}
 	case DataImitation:
-		return []string{KeyTokens, KeyLossMask, KeyRewards, KeySamplerLogProbs, KeyExecutedBy}
+		return []string{rollout.KeyTokens, rollout.KeyLossMask, rollout.KeyRewards, rollout.KeySamplerLogProbs, rollout.KeyExecutedBy}
 	}
 	return nil
 }
@@ -115,6 +97,25 @@ type Contract struct {
 	// distribution (AggreVaTe): its progress shows in task accuracy, not in
 	// the KL to the teacher.
 	TeacherReward bool
+	// ValueHead is true when the role's model carries a scalar head
+	// (runtime.Model.AddValueHead) that its outputs are read from: values or
+	// rewards rather than token distributions.
+	ValueHead bool
+	// TeacherBatches is true when a share 1 − gkd_lambda of the rollouts are
+	// sampled by the teacher (init.teacher) rather than by the role itself
+	// (GKD): its data is not on-policy, so it cannot drive task.workflow
+	// episodes.
+	TeacherBatches bool
+	// CandidateActions is true when each rollout state (a prompt plus a prefix
+	// of a student completion) gets aggrevate_candidates candidate next
+	// tokens, each completed by the teacher and scored by the task: the rows
+	// of a state train together (AggreVaTe).
+	CandidateActions bool
+	// TISCap is true for a loss that knobs.tis_cap would correct (token-level
+	// policy gradients over the sampler's tokens). The correction needs the
+	// policy's pre-update log-probs, which stx does not compute yet, so a
+	// recipe that sets tis_cap with such a trainable role is refused.
+	TISCap bool
 	// New builds the specialization for a role; nil for a contract registered
 	// only so that `stx vet` can check recipes that use it.
 	New func(RoleConfig) (Specialization, error)
@@ -180,4 +181,25 @@ func keys(ks ...string) []string {
 	out := slices.Clone(ks)
 	sort.Strings(out)
 	return slices.Compact(out)
+}
+
+// lmForward are the forward inputs of a language-model role: all that a
+// frozen one (runs forward only, to produce its keys for syncs) needs.
+var lmForward = []string{rollout.KeyTokens, rollout.KeyLossMask}
+
+// trainOnly returns forward inputs for a frozen role, else the full list.
+func trainOnly(cfg RoleConfig, forward []string, full ...string) []string {
+	if !cfg.Role.Trainable {
+		return keys(forward...)
+	}
+	return keys(append(append([]string(nil), forward...), full...)...)
+}
+
+// withRef adds ref_log_probs to what a role produces when it keeps an
+// in-role frozen reference.
+func withRef(cfg RoleConfig, ks ...string) []string {
+	if cfg.Role.InitBool("with_ref") {
+		ks = append(ks, rollout.KeyRefLogProbs)
+	}
+	return keys(ks...)
 }

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"stx.dev/stx/rollout"
 	"stx.dev/stx/schema"
 )
 
@@ -56,15 +57,15 @@ func TestActorRequirementsFollowKnobs(t *testing.T) {
 	c, _ := Get("actor")
 	role := schema.Role{Name: "actor", Trainable: true}
 	base := c.Requires(RoleConfig{Role: role, Knobs: schema.Knobs{Estimator: "grpo"}})
-	if slices.Contains(base, KeyRefLogProbs) || slices.Contains(base, KeyValues) {
+	if slices.Contains(base, rollout.KeyRefLogProbs) || slices.Contains(base, rollout.KeyValues) {
 		t.Errorf("plain GRPO actor requires %v", base)
 	}
 	kl := c.Requires(RoleConfig{Role: role, Knobs: schema.Knobs{Estimator: "grpo", UseKLLoss: true}})
-	if !slices.Contains(kl, KeyRefLogProbs) {
+	if !slices.Contains(kl, rollout.KeyRefLogProbs) {
 		t.Errorf("KL actor requires %v, want ref_log_probs", kl)
 	}
 	gae := c.Requires(RoleConfig{Role: role, Knobs: schema.Knobs{Estimator: "grpo", EstimatorMap: map[string]string{"actor": "gae"}}})
-	if !slices.Contains(gae, KeyValues) {
+	if !slices.Contains(gae, rollout.KeyValues) {
 		t.Errorf("GAE actor (estimator_map) requires %v, want values", gae)
 	}
 }

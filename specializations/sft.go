@@ -4,23 +4,33 @@ import (
 	. "github.com/gomlx/gomlx/pkg/core/graph" //nolint:revive // graph-building code reads better unqualified.
 	"github.com/gomlx/gomlx/pkg/core/tensors"
 
-	"stx.dev/stx/estimators"
+	"stx.dev/stx/rollout"
 	"stx.dev/stx/runtime"
 	"stx.dev/stx/specializations/loss"
 )
 
-// SFT is supervised fine-tuning: cross-entropy on the completion tokens, ℓ = −logp_target
-// reduced with loss_agg_mode.
-type SFT struct{ lmBase }
+func init() {
+	MustRegister(Contract{
+		Name: "sft", Data: DataSFT,
+		Doc:      "supervised cross-entropy on completion tokens (Ouyang et al., 2022)",
+		Requires: func(c RoleConfig) []string { return keys(lmForward...) },
+		Produces: func(RoleConfig) []string { return keys(rollout.KeyLogProbs) },
+		New:      func(c RoleConfig) (Specialization, error) { return newSFT(c) },
+	})
+}
 
-// NewSFT builds the sft specialization.
-func NewSFT(cfg RoleConfig) (*SFT, error) {
+// sft is supervised fine-tuning: cross-entropy on the completion tokens, ℓ = −logp_target
+// reduced with loss_agg_mode.
+type sft struct{ lmBase }
+
+// newSFT builds the sft specialization.
+func newSFT(cfg RoleConfig) (*sft, error) {
 	b, err := newLMBase("sft", cfg)
-	return &SFT{b}, err
+	return &sft{b}, err
 }
 
 // PrepareBatch reads tokens and loss_mask.
-func (s *SFT) PrepareBatch(data *estimators.Rollout, opts BatchOptions) ([]map[string]*tensors.Tensor, error) {
+func (s *sft) PrepareBatch(data *rollout.Rollout, opts BatchOptions) ([]map[string]*tensors.Tensor, error) {
 	if err := s.requires(data); err != nil {
 		return nil, err
 	}
@@ -28,8 +38,8 @@ func (s *SFT) PrepareBatch(data *estimators.Rollout, opts BatchOptions) ([]map[s
 }
 
 // ComputeLoss is the SFT cross-entropy. Metric: nll.
-func (s *SFT) ComputeLoss(out Output, batch Batch, r loss.Reducer) (*Node, map[string]*Node, error) {
-	res, err := loss.SFT(out[KeyLogProbs], batch[bLossMask], r)
+func (s *sft) ComputeLoss(out Output, batch Batch, r loss.Reducer) (*Node, map[string]*Node, error) {
+	res, err := loss.SFT(out[rollout.KeyLogProbs], batch[bLossMask], r)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -37,4 +47,4 @@ func (s *SFT) ComputeLoss(out Output, batch Batch, r loss.Reducer) (*Node, map[s
 }
 
 // Loss is the runtime.LossFn of the role.
-func (s *SFT) Loss() runtime.LossFn { return lossFn(s) }
+func (s *sft) Loss() runtime.LossFn { return lossFn(s) }

@@ -7,7 +7,7 @@ import (
 	"github.com/gomlx/gomlx/pkg/core/tensors"
 	"github.com/gomlx/gomlx/pkg/ml/context"
 
-	"stx.dev/stx/estimators"
+	"stx.dev/stx/rollout"
 	"stx.dev/stx/runtime"
 	"stx.dev/stx/specializations/loss"
 )
@@ -47,7 +47,7 @@ type Specialization interface {
 	// PrepareBatch turns one optimizer step's rows into micro-batches (host tensors). It
 	// reads exactly the keys of Contract().Requires and fails naming the first one absent.
 	// For a frozen role it prepares the forward inputs only.
-	PrepareBatch(data *estimators.Rollout, opts BatchOptions) ([]map[string]*tensors.Tensor, error)
+	PrepareBatch(data *rollout.Rollout, opts BatchOptions) ([]map[string]*tensors.Tensor, error)
 	// Reducer is the loss aggregation (loss_agg_mode) of a micro-batch: the recipe's
 	// loss_agg_mode with the mini-batch denominators that PrepareBatch put in the batch.
 	Reducer(batch Batch) loss.Reducer
@@ -78,11 +78,11 @@ type Flow = ModelSpecialization[*runtime.VelocityModel]
 
 // AdvantageComputer is implemented by specializations that compute advantages through the
 // estimators registry (Contract.Estimator). ComputeAdvantages sets
-// data.Tok[estimators.KeyAdvantages] (and returns, for GAE) over the whole rollout; run it
+// data.Tok[rollout.KeyAdvantages] (and returns, for GAE) over the whole rollout; run it
 // before cutting mini-batches so that group statistics see every row. It returns the
 // estimator's warnings.
 type AdvantageComputer interface {
-	ComputeAdvantages(data *estimators.Rollout) ([]string, error)
+	ComputeAdvantages(data *rollout.Rollout) ([]string, error)
 }
 
 // New builds the specialization named by cfg.Role.Specialization for a role.

@@ -12,7 +12,7 @@ import (
 	"github.com/gomlx/gomlx/pkg/core/tensors"
 	"github.com/gomlx/gomlx/pkg/ml/context"
 
-	"stx.dev/stx/estimators"
+	"stx.dev/stx/rollout"
 	"stx.dev/stx/runtime"
 	"stx.dev/stx/schema"
 )
@@ -77,13 +77,13 @@ const flowDim = 3
 
 // rolloutWith builds 8 rows holding exactly the given keys (and the structural columns
 // prompt_len, group_id), with values that make a meaningful batch for each key.
-func rolloutWith(t testing.TB, keys []string, seed uint64) *estimators.Rollout {
+func rolloutWith(t testing.TB, keys []string, seed uint64) *rollout.Rollout {
 	t.Helper()
 	rng := rand.New(rand.NewPCG(seed, 2))
 	const rows = 8
 	base := lmRollout(rows, seed)
-	r := &estimators.Rollout{PromptLen: base.PromptLen, GroupID: base.GroupID, Tok: map[string][][]float32{}, Row: map[string][]float64{}}
-	flow := slices.Contains(keys, KeySamples) || slices.Contains(keys, KeyTrajectories)
+	r := &rollout.Rollout{PromptLen: base.PromptLen, GroupID: base.GroupID, Tok: map[string][][]float32{}, Row: map[string][]float64{}}
+	flow := slices.Contains(keys, rollout.KeySamples) || slices.Contains(keys, rollout.KeyTrajectories)
 	if flow {
 		r.PromptLen = nil
 		r.Tokens = make([][]int32, rows)
@@ -110,34 +110,34 @@ func rolloutWith(t testing.TB, keys []string, seed uint64) *estimators.Rollout {
 		}
 		return out
 	}
-	if slices.Contains(keys, KeyTokens) { // wide per-token columns need the rows first
+	if slices.Contains(keys, rollout.KeyTokens) { // wide per-token columns need the rows first
 		r.Tokens = base.Tokens
 	}
 	for _, k := range keys {
 		switch k {
-		case KeyTokens:
+		case rollout.KeyTokens:
 			r.Tokens = base.Tokens
-		case KeyLossMask:
+		case rollout.KeyLossMask:
 			r.Mask = base.Mask
-		case KeyRewards:
+		case rollout.KeyRewards:
 			r.Reward = base.Reward
-		case KeySamplerLogProbs:
+		case rollout.KeySamplerLogProbs:
 			if flow {
 				r.Row[k] = make([]float64, rows) // replaced by the model's own step log-probs in training tests
 			} else {
-				r.Tok[k] = base.Tok[KeySamplerLogProbs]
+				r.Tok[k] = base.Tok[rollout.KeySamplerLogProbs]
 			}
-		case KeyRefLogProbs, KeyTeacherLogProbs:
+		case rollout.KeyRefLogProbs, rollout.KeyTeacherLogProbs:
 			r.Tok[k] = tokCol(func(int, int) float32 { return float32(-5 - rng.Float64()) })
-		case KeyValues:
+		case rollout.KeyValues:
 			r.Tok[k] = tokCol(func(int, int) float32 { return float32(0.1 * rng.NormFloat64()) })
-		case KeyChosen, KeyExecutedBy:
+		case rollout.KeyChosen, rollout.KeyExecutedBy:
 			r.Row[k] = alt()
-		case KeyLabel:
+		case rollout.KeyLabel:
 			r.Row[k] = alt()
-		case KeyTeacherActions:
+		case rollout.KeyTeacherActions:
 			r.Tok[k] = tokCol(func(int, int) float32 { return float32(97 + rng.IntN(4)) })
-		case KeyTeacherLogits:
+		case rollout.KeyTeacherLogits:
 			v := make([][][]float32, rows)
 			for b := range v {
 				v[b] = make([][]float32, len(base.Tokens[b]))
@@ -152,7 +152,7 @@ func rolloutWith(t testing.TB, keys []string, seed uint64) *estimators.Rollout {
 			if err := SetTokenVectors(r, k, v); err != nil {
 				t.Fatal(err)
 			}
-		case KeySamples:
+		case rollout.KeySamples:
 			v := make([][]float32, rows)
 			for i := range v {
 				v[i] = []float32{float32(2 + 0.1*rng.NormFloat64()), float32(-1 + 0.1*rng.NormFloat64()), float32(0.5)}
@@ -160,7 +160,7 @@ func rolloutWith(t testing.TB, keys []string, seed uint64) *estimators.Rollout {
 			if err := SetRowVectors(r, k, v); err != nil {
 				t.Fatal(err)
 			}
-		case KeyTrajectories:
+		case rollout.KeyTrajectories:
 			v := make([][]float32, rows)
 			for i := range v {
 				row := make([]float32, 2*flowDim+2)
@@ -182,14 +182,14 @@ func rolloutWith(t testing.TB, keys []string, seed uint64) *estimators.Rollout {
 }
 
 // dropKey removes one data key from a rollout.
-func dropKey(r *estimators.Rollout, k string) *estimators.Rollout {
+func dropKey(r *rollout.Rollout, k string) *rollout.Rollout {
 	c := shallowCopy(r)
 	switch k {
-	case KeyTokens:
+	case rollout.KeyTokens:
 		c.Tokens = nil
-	case KeyLossMask:
+	case rollout.KeyLossMask:
 		c.Mask = nil
-	case KeyRewards:
+	case rollout.KeyRewards:
 		c.Reward = nil
 	}
 	delete(c.Tok, k)
@@ -237,7 +237,7 @@ func TestRequiresMatchPrepareBatch(t *testing.T) {
 }
 
 // trainingRollout is the rollout of a loss-goes-down test.
-func trainingRollout(t *testing.T, c specCase, cfg RoleConfig) *estimators.Rollout {
+func trainingRollout(t *testing.T, c specCase, cfg RoleConfig) *rollout.Rollout {
 	c0, err := Get(c.name)
 	if err != nil {
 		t.Fatal(err)
@@ -298,7 +298,7 @@ func lossGoesDown(t *testing.T, c specCase) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if fa, ok := s.(*FlowActor); ok {
+		if fa, ok := s.(*flowActor); ok {
 			setOwnStepLogProbs(t, fa, m, data)
 		}
 		mbs, err := s.PrepareBatch(data, opts)
@@ -322,13 +322,13 @@ func lossGoesDown(t *testing.T, c specCase) {
 
 // setOwnStepLogProbs makes the rollout's sampler log-probs those of m itself (on-policy),
 // through the frozen-role path.
-func setOwnStepLogProbs(t *testing.T, s *FlowActor, m *runtime.VelocityModel, data *estimators.Rollout) {
+func setOwnStepLogProbs(t *testing.T, s *flowActor, m *runtime.VelocityModel, data *rollout.Rollout) {
 	t.Helper()
 	p, err := NewFlowProducer(testBackend(t), s, m)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := p.Produce(data, BatchOptions{MicroBatchSize: 3}, map[string]string{KeyStepLogProbs: KeySamplerLogProbs}); err != nil {
+	if err := p.Produce(data, BatchOptions{MicroBatchSize: 3}, map[string]string{rollout.KeyStepLogProbs: rollout.KeySamplerLogProbs}); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -1,4 +1,4 @@
-package estimators
+package rollout
 
 import (
 	"slices"

@@ -1,31 +1,13 @@
-package estimators
+// Package rollout is the data that the engine's rollout side, the specializations and the
+// estimators pass to each other: Rollout, a columnar table of sequences, and the data keys
+// naming its columns. It is the ground floor of the training side and imports nothing of stx,
+// so that every package above it can share one definition of each key.
+package rollout
 
 import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
-)
-
-// Common per-token column keys of Rollout.Tok: the data keys that recipes sync between roles.
-const (
-	KeyLogProbs        = "log_probs"
-	KeyRefLogProbs     = "ref_log_probs"
-	KeySamplerLogProbs = "sampler_log_probs"
-	KeyTeacherLogProbs = "teacher_log_probs"
-	KeyValues          = "values"
-	KeyReturns         = "returns"
-	KeyAdvantages      = "advantages"
-	KeyTokenRewards    = "token_rewards"
-)
-
-// Common per-row column keys of Rollout.Row.
-const (
-	// KeyChosen is 1 for the chosen and 0 for the rejected sequence of a preference pair (a group of two).
-	KeyChosen = "chosen"
-	// KeyLabel is KTO's desirable (1) / undesirable (0) label.
-	KeyLabel = "label"
-	// KeyIsCorrect is 1 when the row's trajectory was judged correct, else 0.
-	KeyIsCorrect = "is_correct"
 )
 
 // Rollout is the columnar rollout data shared by the engine, the specializations and the
