@@ -542,7 +542,7 @@ func TestHotKnobsReachSamplerAndSpecialization(t *testing.T) {
 	if l.dir, err = rundir.Create(t.TempDir(), "grpo", time.Now()); err != nil {
 		t.Fatal(err)
 	}
-	text, _ := RecipeCUE(l.rec)
+	text, _ := schema.Format(l.rec, "cue")
 	if err := l.dir.WriteRecipe(1, text); err != nil {
 		t.Fatal(err)
 	}
@@ -660,7 +660,7 @@ func TestRecordedRecipesReadBackUnchanged(t *testing.T) {
 	dir := t.TempDir()
 	for _, name := range cat.Names {
 		r := cat.Recipes[name]
-		text, err := RecipeCUE(r)
+		text, err := schema.Format(r, "cue")
 		if err != nil {
 			t.Fatal(err)
 		}

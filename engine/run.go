@@ -396,7 +396,7 @@ func (l *loop) openDir() error {
 	k := l.rec.Knobs
 	rp := l.resume
 	if rp == nil {
-		text, err := RecipeCUE(l.rec)
+		text, err := schema.Format(l.rec, "cue")
 		if err != nil {
 			return err
 		}

@@ -7,13 +7,7 @@ import (
 	"path/filepath"
 	"time"
 
-	"cuelang.org/go/cue"
-	"cuelang.org/go/cue/ast"
-	"cuelang.org/go/cue/cuecontext"
-	"cuelang.org/go/cue/format"
-
 	"stx.dev/stx/engine/rundir"
-	"stx.dev/stx/schema"
 )
 
 // save writes the checkpoint of rollout id: every trainable role's model
@@ -109,26 +103,4 @@ func (l *loop) logEpisodes(id int, b *batch) error {
 		}
 	}
 	return nil
-}
-
-// RecipeCUE renders a resolved recipe as the CUE text `stx export` prints.
-func RecipeCUE(r *schema.Recipe) ([]byte, error) {
-	data, err := json.Marshal(r)
-	if err != nil {
-		return nil, fmt.Errorf("render %s: %w", r.Name, err)
-	}
-	v := cuecontext.New().CompileBytes(data)
-	expr, ok := v.Syntax(cue.Concrete(true)).(ast.Expr)
-	if !ok {
-		return nil, fmt.Errorf("render %s: not an expression", r.Name)
-	}
-	file := &ast.File{Decls: []ast.Decl{
-		&ast.Package{Name: ast.NewIdent("stx")},
-		&ast.Field{Label: ast.NewIdent("recipes"), Value: ast.NewStruct(&ast.Field{Label: ast.NewIdent(r.Name), Value: expr})},
-	}}
-	out, err := format.Node(file)
-	if err != nil {
-		return nil, fmt.Errorf("render %s: %w", r.Name, err)
-	}
-	return out, nil
 }

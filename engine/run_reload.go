@@ -248,7 +248,7 @@ func (l *loop) reloadTo(id int, disk *schema.Recipe) error {
 		if len(refused) > 0 {
 			// The hot changes were checked together with the refused ones;
 			// alone on the running recipe they must pass vet again.
-			if err := vetRecipe(next); err != nil {
+			if err := vetRecipe(next, l.opts.Reload); err != nil {
 				refused = append(refused, fmt.Sprintf("the hot changes fail vet without the others: %v", err))
 				live = nil
 			}
@@ -268,7 +268,7 @@ func (l *loop) reloadTo(id int, disk *schema.Recipe) error {
 	if len(live) == 0 {
 		return nil
 	}
-	text, err := RecipeCUE(next)
+	text, err := schema.Format(next, "cue")
 	if err != nil {
 		return err
 	}
@@ -391,24 +391,14 @@ func (l *loop) nextVersion() (int, error) {
 	return vs[len(vs)-1] + 1, nil
 }
 
-// vetRecipe runs `stx vet`'s pipeline on a resolved recipe (rendered as CUE
-// in a temporary file).
-func vetRecipe(r *schema.Recipe) error {
-	text, err := RecipeCUE(r)
-	if err != nil {
-		return err
+// vetRecipe runs `stx vet`'s pipeline on a resolved recipe, in memory; ro
+// (nil when the run watches no files) names the files whose lines its
+// errors cite.
+func vetRecipe(r *schema.Recipe, ro *ReloadOptions) error {
+	if ro == nil {
+		return Check(r, nil, schema.Options{})
 	}
-	dir, err := os.MkdirTemp("", "stx-vet-")
-	if err != nil {
-		return err
-	}
-	defer os.RemoveAll(dir)
-	path := filepath.Join(dir, "recipe.cue")
-	if err := os.WriteFile(path, text, 0o644); err != nil {
-		return err
-	}
-	_, err = loadRecipeText(path, r.Name)
-	return err
+	return Check(r, ro.Files, ro.Load)
 }
 
 // loadRecipeText loads recipe name from a file of resolved recipe text

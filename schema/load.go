@@ -65,6 +65,9 @@ type Options struct {
 	Builtin []byte
 	// Dir is the working directory (default: the process's).
 	Dir string
+	// Sources are files held in memory, by path (relative to Dir or
+	// absolute): read instead of the disk, whether or not a file is there.
+	Sources map[string][]byte
 }
 
 // Catalog is a loaded, validated set of recipes.
@@ -80,12 +83,18 @@ type Catalog struct {
 	userRoot  func() cue.Value // the user's files alone, for positions (built on first use)
 	recipeDef cue.Value        // #Recipe
 	overrides map[string][]override
+	// at is, for a catalog of Check, the catalog of the recipe files the
+	// checked recipe came from, where its paths are reported (nil: none).
+	at func() *Catalog
 }
 
 // Pos returns the position of the value at path inside a recipe (path is
 // relative to the recipe, e.g. "syncs[0].keys"). It walks up to the nearest
 // value that has a position in a user source.
 func (c *Catalog) Pos(recipe, path string) Position {
+	if at := c.origin(); at != nil {
+		return at.Pos(recipe, path)
+	}
 	for _, o := range c.overrides[recipe] {
 		if pathHasPrefix(path, o.pathString()) {
 			return o.pos
@@ -162,6 +171,9 @@ func Load(args []string, opts Options) (*Catalog, error) {
 
 	overlay := map[string]load.Source{}
 	builtin := map[string][]byte{}
+	for p, data := range opts.Sources {
+		builtin[abs(dir, p)] = data
+	}
 	var loadArgs []string
 	var errs List
 	if len(args) == 0 {
