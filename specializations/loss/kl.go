@@ -49,11 +49,6 @@ type KLConfig struct {
 	Grad GradForm
 }
 
-// DefaultKLConfig is k3 with verl's clamps and its own gradient (verl's default).
-func DefaultKLConfig() KLConfig {
-	return KLConfig{Estimator: KLK3, LogRatioClamp: 20, OutputClamp: 10, Grad: GradDirect}
-}
-
 func (c KLConfig) resolved() (KLConfig, error) {
 	if c.Estimator == "" {
 		c.Estimator = KLK3
