@@ -1,7 +1,8 @@
 package loss
 
 // The tests build their configurations from these, the defaults of the
-// papers and reference implementations; recipes take theirs from the schema.
+// papers and reference implementations (recipes take theirs from the
+// schema), and check the on-policy distillation metric against TeacherKL.
 
 // DefaultOPDConfig is κ = 1, γ_kl = 0, no clip (the usual on-policy distillation setting).
 func DefaultOPDConfig() OPDConfig { return OPDConfig{KLCoef: 1} }
@@ -45,3 +46,24 @@ func DefaultKTOConfig() KTOConfig {
 
 // DefaultValueConfig is ε_v = 0.5 (verl's and OpenRLHF's default).
 func DefaultValueConfig() ValueConfig { return ValueConfig{ClipRange: 0.5} }
+
+// TeacherKL is the on-policy distillation metric: Σ mask·(ls − lt) / Σ mask (0 when empty),
+// the sampled estimate of the reverse KL KL(π_S‖π_T) per token.
+func TeacherKL(teacherLogp, samplerLogp, mask [][]float64) (float64, error) {
+	if err := sameHostShape("teacher kl", teacherLogp, samplerLogp, mask); err != nil {
+		return 0, err
+	}
+	sum, n := 0.0, 0.0
+	for b := range mask {
+		for t, m := range mask[b] {
+			if m != 0 {
+				sum += samplerLogp[b][t] - teacherLogp[b][t]
+				n++
+			}
+		}
+	}
+	if n == 0 {
+		return 0, nil
+	}
+	return sum / n, nil
+}

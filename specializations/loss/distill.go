@@ -82,27 +82,6 @@ func OPDAdvantages(teacherLogp, samplerLogp, mask, env [][]float64, cfg OPDConfi
 	return out, nil
 }
 
-// TeacherKL is the on-policy distillation metric: Σ mask·(ls − lt) / Σ mask (0 when empty),
-// the sampled estimate of the reverse KL KL(π_S‖π_T) per token.
-func TeacherKL(teacherLogp, samplerLogp, mask [][]float64) (float64, error) {
-	if err := sameHostShape("teacher kl", teacherLogp, samplerLogp, mask); err != nil {
-		return 0, err
-	}
-	sum, n := 0.0, 0.0
-	for b := range mask {
-		for t, m := range mask[b] {
-			if m != 0 {
-				sum += samplerLogp[b][t] - teacherLogp[b][t]
-				n++
-			}
-		}
-	}
-	if n == 0 {
-		return 0, nil
-	}
-	return sum / n, nil
-}
-
 func sameHostShape(what string, ref [][]float64, others ...[][]float64) error {
 	for i, o := range others {
 		if len(o) != len(ref) {
