@@ -156,8 +156,8 @@ func TestDiffEveryKnob(t *testing.T) {
 			t.Errorf("%s (cold): got %+v", name, ch)
 		}
 	}
-	// The list of hot knobs is long; a schema that lost its
-	// attributes would make every knob cold.
+	// Most loop, sampler, optimizer and loss-coefficient knobs are hot; a
+	// schema that lost its attributes would make every knob cold.
 	if nHot < 20 {
 		t.Errorf("only %d hot knobs", nHot)
 	}

@@ -140,8 +140,9 @@ func KLValue(lp, lq float64, cfg KLConfig) (float64, error) {
 }
 
 // KLPenaltyRewards folds the KL into the per-token rewards:
-// r'[b,t] = r[b,t] − coef·k(old_logp, ref_logp)[b,t], before GAE/returns. The spec's
-// estimator here is k1; cfg.Grad is irrelevant on the host. Rewards at masked
+// r'[b,t] = r[b,t] − coef·k(old_logp, ref_logp)[b,t], before GAE/returns. cfg.Estimator
+// picks k (k1, the log-ratio, is the usual in-reward penalty: Ziegler et al., 2019); cfg.Grad
+// is irrelevant on the host. Rewards at masked
 // positions are ignored downstream (by GAE), so no mask is needed.
 func KLPenaltyRewards(scores, oldLogp, refLogp [][]float64, coef float64, cfg KLConfig) ([][]float64, error) {
 	if len(oldLogp) != len(scores) || len(refLogp) != len(scores) {
