@@ -1,13 +1,15 @@
 // Package schema is stx's recipe language: the CUE schema embedded in the
-// binary, loading of recipe files, validation with file:line:col errors,
-// the cross-knob bounds CUE cannot express (checks.go), command-line and
-// environment overrides, the knob documentation read from the schema's own
-// comments (KnobDocs, for `stx knobs`), and decoding into Go
-// structs (types.go; task.workflow in workflow.go).
+// binary, loading of recipe files (Load), validation with file:line:col
+// errors, the cross-knob bounds CUE cannot express (checks.go), command-line
+// and environment overrides, the knob documentation read from the schema's
+// own comments (KnobDocs, for `stx knobs`), decoding into Go structs
+// (types.go; task.workflow in workflow.go), rendering a resolved recipe as
+// CUE, JSON or YAML (Format) and validating one in memory (Check).
 //
-// It knows CUE and nothing of training: checks that need the registries of
-// specializations or estimators live in the engine, which passes the
-// registered names in through Enums.
+// It is the only package of stx that imports CUE, and it knows nothing of
+// training: checks that need the registries of specializations or
+// estimators live in the engine, which passes the registered names in
+// through Enums.
 package schema
 
 import (
