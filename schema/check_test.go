@@ -2,8 +2,6 @@ package schema
 
 import (
 	"errors"
-	"os"
-	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
@@ -11,20 +9,14 @@ import (
 
 // TestCheck: a resolved recipe is validated in memory, reads back the same,
 // and its errors cite the line of the user's file that set the value, or
-// the rendering when no files are given.
+// the rendering when no files are given. The user's file is held in
+// memory (Options.Sources), as an editor buffer would be.
 func TestCheck(t *testing.T) {
-	dir := t.TempDir()
-	src := `package x
-recipes: a: {
-	roles: [{name: "p", specialization: "sft"}]
-	knobs: top_k: 5
-}
-`
-	if err := os.WriteFile(filepath.Join(dir, "r.cue"), []byte(src), 0o644); err != nil {
-		t.Fatal(err)
+	opts := Options{
+		Dir:     t.TempDir(),
+		Enums:   Enums{Specializations: []string{"sft"}, Estimators: []string{"grpo"}, Tasks: []string{"arithmetic"}},
+		Sources: map[string][]byte{"r.cue": []byte("package x\nrecipes: a: {\n\troles: [{name: \"p\", specialization: \"sft\"}]\n\tknobs: top_k: 5\n}\n")},
 	}
-	enums := Enums{Specializations: []string{"sft"}, Estimators: []string{"grpo"}, Tasks: []string{"arithmetic"}}
-	opts := Options{Dir: dir, Enums: enums}
 	cat, err := Load([]string{"r.cue"}, opts)
 	if err != nil {
 		t.Fatal(err)
