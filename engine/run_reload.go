@@ -99,6 +99,7 @@ func hotKnobUse(name string) (knobUse, string) {
 // safe for concurrent use), and an outcome taken early by waitFor.
 type reloader struct {
 	files []string
+	opts  schema.Options // the options files are loaded with
 	w     *reload.Watcher
 	hook  func(string)
 
@@ -129,7 +130,7 @@ func startWatch(name string, opts RunOptions) (*reloader, error) {
 		}
 		return r, nil
 	}
-	r := &reloader{files: files}
+	r := &reloader{files: files, opts: lo}
 	if opts.hooks != nil {
 		r.hook = opts.hooks.watchLog
 	}
@@ -174,6 +175,16 @@ func (r *reloader) take() (reload.Update, bool) {
 		return u, true
 	}
 	return reload.Update{}, false
+}
+
+// vet runs `stx vet`'s pipeline on a resolved recipe in memory, citing the
+// watched files in its errors; a nil r (a run that watches no files) cites
+// the rendered recipe.
+func (r *reloader) vet(rec *schema.Recipe) error {
+	if r == nil {
+		return Check(rec, nil, schema.Options{})
+	}
+	return Check(rec, r.files, r.opts)
 }
 
 func (r *reloader) close() {
@@ -248,7 +259,7 @@ func (l *loop) reloadTo(id int, disk *schema.Recipe) error {
 		if len(refused) > 0 {
 			// The hot changes were checked together with the refused ones;
 			// alone on the running recipe they must pass vet again.
-			if err := vetRecipe(next, l.opts.Reload); err != nil {
+			if err := l.watch.vet(next); err != nil {
 				refused = append(refused, fmt.Sprintf("the hot changes fail vet without the others: %v", err))
 				live = nil
 			}
@@ -389,16 +400,6 @@ func (l *loop) nextVersion() (int, error) {
 		return 1, nil
 	}
 	return vs[len(vs)-1] + 1, nil
-}
-
-// vetRecipe runs `stx vet`'s pipeline on a resolved recipe, in memory; ro
-// (nil when the run watches no files) names the files whose lines its
-// errors cite.
-func vetRecipe(r *schema.Recipe, ro *ReloadOptions) error {
-	if ro == nil {
-		return Check(r, nil, schema.Options{})
-	}
-	return Check(r, ro.Files, ro.Load)
 }
 
 // loadRecipeText loads recipe name from a file of resolved recipe text
