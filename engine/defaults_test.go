@@ -25,7 +25,7 @@ func onSimpleGo() bool {
 // `stx run -a NAME` does, with the catalog's defaults (only the run directory differs), and
 // checks that the family's own objective (ObjectiveFor, what the closing line reports)
 // improves. Seeds are fixed, so each backend's figures are reproducible; the thresholds are
-// those of the issue that set these defaults. Measured on the cpu backend (OpenBLAS, 2
+// the improvements the catalog's defaults were tuned to give. Measured on the cpu backend (OpenBLAS, 2
 // cores): sft loss 4.18 → 0.49; grpo val accuracy 0.40 → 0.85; dpo preference accuracy
 // 0.58 → 0.96 (means of 10 steps); reward_model 0.58 → 1.00; kto label accuracy
 // 0.51 → 0.84; opd teacher KL 0.88 → 0.45; flow_matching loss 2.85 → 2.00; flow_grpo val

@@ -35,7 +35,7 @@ func (c *checkpointer) open() error {
 	k := c.rec.Knobs
 	rp := c.resume
 	if rp == nil {
-		text, err := RecipeCUE(c.rec)
+		text, err := schema.Format(c.rec, "cue")
 		if err != nil {
 			return err
 		}

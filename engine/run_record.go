@@ -1,16 +1,6 @@
 package engine
 
-import (
-	"encoding/json"
-	"fmt"
-
-	"cuelang.org/go/cue"
-	"cuelang.org/go/cue/ast"
-	"cuelang.org/go/cue/cuecontext"
-	"cuelang.org/go/cue/format"
-
-	"stx.dev/stx/schema"
-)
+import ()
 
 // logEpisodes writes up to 8 sampled rows of rollout id to episodes.jsonl.
 func (l *loop) logEpisodes(id int, b *batch) error {
@@ -36,26 +26,4 @@ func (l *loop) logEpisodes(id int, b *batch) error {
 		}
 	}
 	return nil
-}
-
-// RecipeCUE renders a resolved recipe as the CUE text `stx export` prints.
-func RecipeCUE(r *schema.Recipe) ([]byte, error) {
-	data, err := json.Marshal(r)
-	if err != nil {
-		return nil, fmt.Errorf("render %s: %w", r.Name, err)
-	}
-	v := cuecontext.New().CompileBytes(data)
-	expr, ok := v.Syntax(cue.Concrete(true)).(ast.Expr)
-	if !ok {
-		return nil, fmt.Errorf("render %s: not an expression", r.Name)
-	}
-	file := &ast.File{Decls: []ast.Decl{
-		&ast.Package{Name: ast.NewIdent("stx")},
-		&ast.Field{Label: ast.NewIdent("recipes"), Value: ast.NewStruct(&ast.Field{Label: ast.NewIdent(r.Name), Value: expr})},
-	}}
-	out, err := format.Node(file)
-	if err != nil {
-		return nil, fmt.Errorf("render %s: %w", r.Name, err)
-	}
-	return out, nil
 }

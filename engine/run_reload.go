@@ -2,8 +2,6 @@ package engine
 
 import (
 	"fmt"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -97,6 +95,7 @@ func hotKnobUse(name string) (knobUse, string) {
 // safe for concurrent use), and an outcome taken early by waitFor.
 type reloader struct {
 	files []string
+	opts  schema.Options // the options files are loaded with
 	w     *reload.Watcher
 	hook  func(string)
 
@@ -127,7 +126,7 @@ func startWatch(name string, opts RunOptions) (*reloader, error) {
 		}
 		return r, nil
 	}
-	r := &reloader{files: files}
+	r := &reloader{files: files, opts: lo}
 	if opts.hooks != nil {
 		r.hook = opts.hooks.watchLog
 	}
@@ -172,6 +171,16 @@ func (r *reloader) take() (reload.Update, bool) {
 		return u, true
 	}
 	return reload.Update{}, false
+}
+
+// vet runs `stx vet`'s pipeline on a resolved recipe in memory, citing the
+// watched files in its errors; a nil r (a run that watches no files) cites
+// the rendered recipe.
+func (r *reloader) vet(rec *schema.Recipe) error {
+	if r == nil {
+		return Check(rec, nil, schema.Options{})
+	}
+	return Check(rec, r.files, r.opts)
 }
 
 func (r *reloader) close() {
@@ -259,7 +268,7 @@ func (h *hotReload) reloadTo(id int, disk *schema.Recipe) error {
 		if len(refused) > 0 {
 			// The hot changes were checked together with the refused ones;
 			// alone on the running recipe they must pass vet again.
-			if err := vetRecipe(next); err != nil {
+			if err := h.watch.vet(next); err != nil {
 				refused = append(refused, fmt.Sprintf("the hot changes fail vet without the others: %v", err))
 				live = nil
 			}
@@ -279,7 +288,7 @@ func (h *hotReload) reloadTo(id int, disk *schema.Recipe) error {
 	if len(live) == 0 {
 		return nil
 	}
-	text, err := RecipeCUE(next)
+	text, err := schema.Format(next, "cue")
 	if err != nil {
 		return err
 	}
@@ -374,26 +383,6 @@ func (h *hotReload) nextVersion() (int, error) {
 		return 1, nil
 	}
 	return vs[len(vs)-1] + 1, nil
-}
-
-// vetRecipe runs `stx vet`'s pipeline on a resolved recipe (rendered as CUE
-// in a temporary file).
-func vetRecipe(r *schema.Recipe) error {
-	text, err := RecipeCUE(r)
-	if err != nil {
-		return err
-	}
-	dir, err := os.MkdirTemp("", "stx-vet-")
-	if err != nil {
-		return err
-	}
-	defer os.RemoveAll(dir)
-	path := filepath.Join(dir, "recipe.cue")
-	if err := os.WriteFile(path, text, 0o644); err != nil {
-		return err
-	}
-	_, err = loadRecipeText(path, r.Name)
-	return err
 }
 
 // loadRecipeText loads recipe name from a file of resolved recipe text

@@ -22,7 +22,22 @@ func Enums() schema.Enums {
 // The returned catalog holds the recipes that passed everything.
 func Load(args []string, opts schema.Options) (*schema.Catalog, error) {
 	opts.Enums = Enums()
-	cat, err := schema.Load(args, opts)
+	return checkGraphs(schema.Load(args, opts))
+}
+
+// Check validates a resolved recipe as Load validates one read from files
+// (schema.Check, in memory); files and opts are those r was loaded with,
+// where errors are reported.
+func Check(r *schema.Recipe, files []string, opts schema.Options) error {
+	opts.Enums = Enums()
+	_, err := checkGraphs(schema.Check(r, files, opts))
+	return err
+}
+
+// checkGraphs adds the graph checks of each recipe of cat that passed the
+// schema to err, the schema's problems; a recipe that fails them leaves
+// the catalog.
+func checkGraphs(cat *schema.Catalog, err error) (*schema.Catalog, error) {
 	var errs schema.List
 	if err != nil {
 		l, ok := err.(schema.List)

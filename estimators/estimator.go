@@ -170,15 +170,3 @@ func Names() []string {
 	slices.Sort(names)
 	return names
 }
-
-// Estimate looks up cfg.Name, checks cfg, and runs the estimator on in.
-func Estimate(in Input, cfg Config) (Output, error) {
-	if err := cfg.Check(); err != nil {
-		return Output{}, err
-	}
-	e, err := Get(cfg.Name)
-	if err != nil {
-		return Output{}, err
-	}
-	return e.Estimate(in, cfg)
-}

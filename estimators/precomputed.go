@@ -16,9 +16,6 @@ type Advantage struct {
 	PerToken []float64
 }
 
-// ScalarAdvantage returns a supplied advantage broadcast to every response token.
-func ScalarAdvantage(v float64) *Advantage { return &Advantage{IsScalar: true, Scalar: v} }
-
 // PerTokenAdvantage returns a supplied advantage with one value per response token.
 func PerTokenAdvantage(v []float64) *Advantage { return &Advantage{PerToken: v} }
 

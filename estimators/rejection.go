@@ -25,12 +25,6 @@ type RejectionConfig struct {
 	MaxGenBatches int
 }
 
-// DefaultRejectionConfig returns the defaults: min 2 trajectories per group, uniform
-// groups kept, tolerance 1e-8, one partially solved task, no batch target, no cap.
-func DefaultRejectionConfig() RejectionConfig {
-	return RejectionConfig{MinTrajsPerGroup: 2, UniformTol: 1e-8, MinPartialSolveTasks: 1}
-}
-
 // Check reports an out-of-range parameter.
 func (c RejectionConfig) Check() error {
 	var errs []error
@@ -293,9 +287,6 @@ func (a *Accumulator) Add(groups []Group) (Release, error) {
 	}
 	return rel, nil
 }
-
-// Pending returns how many kept groups are waiting for the next release.
-func (a *Accumulator) Pending() int { return len(a.kept) }
 
 func (a *Accumulator) metrics(capReached bool) map[string]float64 {
 	c := 0.0

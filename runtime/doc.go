@@ -20,7 +20,7 @@
 //   - training (Trainer): gradients of a loss built in the graph by a LossOf, accumulation over
 //     micro-batches, global-norm clipping, AdamW with PyTorch semantics, LR schedules, atomic
 //     checkpoints that resume bit-exactly;
-//   - forward-only scoring (Scorer, Evaluator, ScoreJSONL, ScoreJSONLChat with a chat template
+//   - forward-only scoring (Scorer, Evaluator, ScoreJSONL, with a chat template
 //     of runtime/chat) and generation with a host-side KV cache (Sampler), decoded in plain Go
 //     on the CPU backends;
 //   - the measurements behind `stx bench` (Bench).

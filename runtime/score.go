@@ -58,19 +58,14 @@ type scoreInput struct {
 	Messages json.RawMessage `json:"messages"`
 }
 
-// ScoreJSONL reads records ({"tokens": [...]} or {"text": "..."}) from r, one JSON object per
-// line, and writes one ScoreRecord per record to w, scoring batchSize records per forward pass.
-// Text is tokenized with tok, with the tokenizer's BOS prepended when it has one (so the first
-// token is scored too); tok may be nil when every record gives tokens.
-func ScoreJSONL(r io.Reader, w io.Writer, sc *Scorer, tok tokenizer.Tokenizer, batchSize int) (ScoreSummary, error) {
-	return ScoreJSONLChat(r, w, sc, tok, nil, batchSize)
-}
-
-// ScoreJSONLChat is ScoreJSONL that also takes conversations,
-// {"messages": [{"role": ..., "content": ...}, ...]}, rendered with the chat template tmpl
-// (without a generation prompt) and tokenized with tok as they are: the template writes BOS
-// and the other special tokens itself. tmpl may be nil when no record is a conversation.
-func ScoreJSONLChat(r io.Reader, w io.Writer, sc *Scorer, tok tokenizer.Tokenizer, tmpl *chat.Template, batchSize int) (ScoreSummary, error) {
+// ScoreJSONL reads records ({"tokens": [...]}, {"text": "..."} or {"messages": [{"role": ...,
+// "content": ...}, ...]}) from r, one JSON object per line, and writes one ScoreRecord per
+// record to w, scoring batchSize records per forward pass. Text is tokenized with tok, with the
+// tokenizer's BOS prepended when it has one (so the first token is scored too); tok may be nil
+// when every record gives tokens. Conversations are rendered with the chat template tmpl
+// (without a generation prompt) and tokenized as they are: the template writes BOS and the
+// other special tokens itself. tmpl may be nil when no record is a conversation.
+func ScoreJSONL(r io.Reader, w io.Writer, sc *Scorer, tok tokenizer.Tokenizer, tmpl *chat.Template, batchSize int) (ScoreSummary, error) {
 	if batchSize <= 0 {
 		batchSize = 8
 	}

@@ -30,7 +30,7 @@ func TestScoreJSONL(t *testing.T) {
 {"tokens": [65]}
 `
 	var out bytes.Buffer
-	sum, err := ScoreJSONL(strings.NewReader(input), &out, sc, tok, 2)
+	sum, err := ScoreJSONL(strings.NewReader(input), &out, sc, tok, nil, 2)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,7 +69,7 @@ func TestScoreJSONL(t *testing.T) {
 		t.Errorf("mean NLL %v far from log(259) = %v", sum.MeanNLL, math.Log(259))
 	}
 	for _, bad := range []string{`{"tokens": [1, 9999]}`, `{"text": 3}`, `{}`, `not json`, `{"tokens": []}`} {
-		if _, err := ScoreJSONL(strings.NewReader(bad+"\n"), &bytes.Buffer{}, sc, tok, 2); err == nil || !strings.Contains(err.Error(), "line 1") {
+		if _, err := ScoreJSONL(strings.NewReader(bad+"\n"), &bytes.Buffer{}, sc, tok, nil, 2); err == nil || !strings.Contains(err.Error(), "line 1") {
 			t.Errorf("%s: error %v, want one naming line 1", bad, err)
 		}
 	}

@@ -95,6 +95,9 @@ func (c *Catalog) checkSizes(r *Recipe) List {
 // blame (paths relative to the recipe): one set by an override, else the
 // last one the recipe's files set, else the last.
 func (c *Catalog) FactorPath(recipe string, paths ...string) string {
+	if at := c.origin(); at != nil {
+		return at.FactorPath(recipe, paths...)
+	}
 	for _, p := range paths {
 		for _, o := range c.overrides[recipe] {
 			if pathHasPrefix(p, o.pathString()) {

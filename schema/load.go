@@ -1,13 +1,15 @@
 // Package schema is stx's recipe language: the CUE schema embedded in the
-// binary, loading of recipe files, validation with file:line:col errors,
-// the cross-knob bounds CUE cannot express (checks.go), command-line and
-// environment overrides, the knob documentation read from the schema's own
-// comments (KnobDocs, for `stx knobs`), and decoding into Go
-// structs (types.go; task.workflow in workflow.go).
+// binary, loading of recipe files (Load), validation with file:line:col
+// errors, the cross-knob bounds CUE cannot express (checks.go), command-line
+// and environment overrides, the knob documentation read from the schema's
+// own comments (KnobDocs, for `stx knobs`), decoding into Go structs
+// (types.go; task.workflow in workflow.go), rendering a resolved recipe as
+// CUE, JSON or YAML (Format) and validating one in memory (Check).
 //
-// It knows CUE and nothing of training: checks that need the registries of
-// specializations or estimators live in the engine, which passes the
-// registered names in through Enums.
+// It is the only package of stx that imports CUE, and it knows nothing of
+// training: checks that need the registries of specializations or
+// estimators live in the engine, which passes the registered names in
+// through Enums.
 package schema
 
 import (
@@ -65,6 +67,9 @@ type Options struct {
 	Builtin []byte
 	// Dir is the working directory (default: the process's).
 	Dir string
+	// Sources are files held in memory, by path (relative to Dir or
+	// absolute): read instead of the disk, whether or not a file is there.
+	Sources map[string][]byte
 }
 
 // Catalog is a loaded, validated set of recipes.
@@ -80,12 +85,18 @@ type Catalog struct {
 	userRoot  func() cue.Value // the user's files alone, for positions (built on first use)
 	recipeDef cue.Value        // #Recipe
 	overrides map[string][]override
+	// at is, for a catalog of Check, the catalog of the recipe files the
+	// checked recipe came from, where its paths are reported (nil: none).
+	at func() *Catalog
 }
 
 // Pos returns the position of the value at path inside a recipe (path is
 // relative to the recipe, e.g. "syncs[0].keys"). It walks up to the nearest
 // value that has a position in a user source.
 func (c *Catalog) Pos(recipe, path string) Position {
+	if at := c.origin(); at != nil {
+		return at.Pos(recipe, path)
+	}
 	for _, o := range c.overrides[recipe] {
 		if pathHasPrefix(path, o.pathString()) {
 			return o.pos
@@ -162,6 +173,9 @@ func Load(args []string, opts Options) (*Catalog, error) {
 
 	overlay := map[string]load.Source{}
 	builtin := map[string][]byte{}
+	for p, data := range opts.Sources {
+		builtin[abs(dir, p)] = data
+	}
 	var loadArgs []string
 	var errs List
 	if len(args) == 0 {

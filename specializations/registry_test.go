@@ -20,8 +20,9 @@ func TestRegistry(t *testing.T) {
 	if err := Register(Contract{Name: "x"}); err == nil {
 		t.Error("registering a contract without Requires/Produces succeeded")
 	}
-	if len(Names()) != 15 {
-		t.Errorf("built-in specializations: %v", Names())
+	// That the catalog runs every built-in is engine's TestCatalogUsesEverySpecialization.
+	if names := Names(); len(names) == 0 || !slices.IsSorted(names) {
+		t.Errorf("built-in specializations: %v, want them sorted", names)
 	}
 }
 

@@ -1,15 +1,13 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
+	"slices"
+	"strings"
 
-	"cuelang.org/go/cue"
-	"cuelang.org/go/cue/ast"
-	"cuelang.org/go/cue/cuecontext"
-	"cuelang.org/go/cue/format"
-	"cuelang.org/go/encoding/yaml"
 	"github.com/urfave/cli/v2"
+
+	"stx.dev/stx/schema"
 )
 
 func exportCommand() *cli.Command {
@@ -28,39 +26,14 @@ Example:
 		},
 		Action: func(c *cli.Context) error {
 			form := c.String("format")
-			if form != "cue" && form != "json" && form != "yaml" {
-				return usagef("unknown --format %q: use cue, json or yaml", form)
+			if !slices.Contains(schema.Syntaxes, form) {
+				return usagef("unknown --format %q: use %s", form, strings.Join(schema.Syntaxes, ", "))
 			}
 			_, r, err := loadRecipe(c)
 			if err != nil {
 				return err
 			}
-			data, err := json.MarshalIndent(r, "", "  ")
-			if err != nil {
-				return fmt.Errorf("export %s: %w", r.Name, err)
-			}
-			if form == "json" {
-				_, err = fmt.Fprintf(c.App.Writer, "%s\n", data)
-				return err
-			}
-			v := cuecontext.New().CompileBytes(data)
-			if form == "yaml" {
-				out, err := yaml.Encode(v)
-				if err != nil {
-					return fmt.Errorf("export %s: %w", r.Name, err)
-				}
-				_, err = c.App.Writer.Write(out)
-				return err
-			}
-			expr, ok := v.Syntax(cue.Concrete(true)).(ast.Expr)
-			if !ok {
-				return fmt.Errorf("export %s: not an expression", r.Name)
-			}
-			file := &ast.File{Decls: []ast.Decl{
-				&ast.Package{Name: ast.NewIdent("stx")},
-				&ast.Field{Label: ast.NewIdent("recipes"), Value: ast.NewStruct(&ast.Field{Label: ast.NewIdent(r.Name), Value: expr})},
-			}}
-			out, err := format.Node(file)
+			out, err := schema.Format(r, form)
 			if err != nil {
 				return fmt.Errorf("export %s: %w", r.Name, err)
 			}

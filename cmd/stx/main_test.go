@@ -14,7 +14,10 @@ import (
 
 	"github.com/rogpeppe/go-internal/testscript"
 
+	"stx.dev/stx"
+	"stx.dev/stx/engine"
 	"stx.dev/stx/runtime"
+	"stx.dev/stx/schema"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files of testdata/broken")
@@ -30,6 +33,12 @@ func TestScripts(t *testing.T) {
 	// The scripts share one cache of built-in starting models (tiny-sft, ...), built
 	// by the first script that needs one, and never the user's own cache.
 	cache := t.TempDir()
+	// $NRECIPES is the size of the built-in catalog, which scripts expect
+	// `stx vet` to count.
+	cat, err := engine.Load(nil, schema.Options{Builtin: stx.Catalog, Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
 	testscript.Run(t, testscript.Params{
 		Dir:                 filepath.Join("..", "..", "testdata", "script"),
 		RequireExplicitExec: true,
@@ -68,6 +77,7 @@ func TestScripts(t *testing.T) {
 			root, err := filepath.Abs(filepath.Join("..", ".."))
 			env.Setenv("REPO", root)
 			env.Setenv("STX_CACHE_DIR", cache)
+			env.Setenv("NRECIPES", strconv.Itoa(len(cat.Names)))
 			return err
 		},
 	})

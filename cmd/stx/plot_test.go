@@ -235,7 +235,7 @@ func TestPlotObjective(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	text, err := engine.RecipeCUE(cat.Recipes["dpo"])
+	text, err := schema.Format(cat.Recipes["dpo"], "cue")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -77,7 +77,7 @@ Example:
 			if err != nil {
 				return err
 			}
-			sum, err := runtime.ScoreJSONLChat(f, c.App.Writer, sc, tok, tmpl, c.Int("batch"))
+			sum, err := runtime.ScoreJSONL(f, c.App.Writer, sc, tok, tmpl, c.Int("batch"))
 			if err != nil {
 				var le *runtime.LineError
 				if errors.As(err, &le) {

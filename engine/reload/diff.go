@@ -45,10 +45,6 @@ type Changes struct {
 	Structural []string
 }
 
-// Empty reports whether the two recipes differ in nothing that matters to
-// a run (a changed description is not a change).
-func (c Changes) Empty() bool { return len(c.Hot) == 0 && len(c.Structural) == 0 }
-
 // Diff compares two resolved recipes field by field. A knob is hot or cold
 // as the schema's @knob attribute says (schema.KnobDocs); a knob without a
 // doc counts as cold, so an unknown field can never slip into a running job.

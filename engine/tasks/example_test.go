@@ -10,7 +10,7 @@ import (
 // A recipe's task section becomes a task and its reward; completions of an
 // example are scored against its reference answer.
 func Example() {
-	task, err := tasks.New(schema.Task{Name: "arithmetic", TrainSize: 100, ValidationSize: 10}, 1234)
+	task, err := tasks.NewFor(schema.Task{Name: "arithmetic", TrainSize: 100, ValidationSize: 10}, schema.Knobs{Seed: 1234})
 	if err != nil {
 		panic(err)
 	}

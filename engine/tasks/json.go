@@ -8,20 +8,13 @@ import (
 	"io"
 	"sort"
 	"strings"
-
-	"stx.dev/stx/schema"
 )
 
-// LoadJSON reads a JSON dataset: an array of records, or an object with
+// loadJSONCols reads a JSON dataset: an array of records, or an object with
 // exactly one field that holds the array (e.g. {"data": [...]}, as some
-// exports wrap it). Records are the objects LoadJSONL reads, with
+// exports wrap it). Records are the objects loadJSONLCols reads, with
 // data_source "json" by default. Errors name file:line and the record's
 // index in the array ("data.json:7: record [2]: ...").
-func LoadJSON(path string) ([]Example, error) {
-	exs, _, err := loadJSONCols(path, newColumns(schema.Columns{}))
-	return exs, err
-}
-
 func loadJSONCols(path string, cols columns) ([]Example, shape, error) {
 	f, err := openDataFile(path)
 	if err != nil {

@@ -42,7 +42,7 @@ func (s shape) kinds() []Kind {
 	}
 }
 
-// LoadJSONL reads a JSONL dataset, one JSON object per line (blank lines
+// loadJSONLCols reads a JSONL dataset, one JSON object per line (blank lines
 // are skipped). The first record fixes the file's shape:
 //
 //	{"prompt", "answer"}                 RL (Answer)
@@ -58,12 +58,7 @@ func (s shape) kinds() []Kind {
 // (string; default "jsonl") and "metadata" (any JSON, for external
 // rewards); other fields are ignored. Text fields are strings, label a
 // bool, prompt non-empty. Mixed shapes, bad JSON, missing fields and wrong
-// types are errors naming file:line. LoadDataset reads other field names.
-func LoadJSONL(path string) ([]Example, error) {
-	exs, _, err := loadJSONLCols(path, newColumns(schema.Columns{}))
-	return exs, err
-}
-
+// types are errors naming file:line. cols renames the fields (task.columns).
 func loadJSONLCols(path string, cols columns) ([]Example, shape, error) {
 	f, err := openDataFile(path)
 	if err != nil {
@@ -188,17 +183,6 @@ var datasetLoaders = map[string]datasetLoader{
 	"jsonl":   loadJSONLCols,
 	"json":    loadJSONCols,
 	"parquet": loadParquetCols,
-}
-
-// LoadDataset reads a dataset file of format ("jsonl", "json" or
-// "parquet") with the given field names (empty ones take the defaults).
-func LoadDataset(format, path string, cols schema.Columns) ([]Example, error) {
-	load, ok := datasetLoaders[format]
-	if !ok {
-		return nil, fmt.Errorf("unknown dataset format %q (known: jsonl, json, parquet)", format)
-	}
-	exs, _, err := load(path, newColumns(cols))
-	return exs, err
 }
 
 // newDatasetFactory is the Factory of a dataset format. It reads task.path

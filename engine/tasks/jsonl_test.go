@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -152,7 +153,7 @@ func TestJSONLTask(t *testing.T) {
 	if reflect.DeepEqual(other.Validation(), val) {
 		t.Error("different seeds, same validation split")
 	}
-	if !Serves(task, KindPreference) || Serves(task, KindRL) {
+	if !slices.Contains(task.Kinds(), KindPreference) || slices.Contains(task.Kinds(), KindRL) {
 		t.Errorf("preference file kinds %v", task.Kinds())
 	}
 	rw, err := NewReward(nil, task)

@@ -6,21 +6,14 @@ import (
 	"io"
 
 	"github.com/parquet-go/parquet-go"
-
-	"stx.dev/stx/schema"
 )
 
-// LoadParquet reads a Parquet dataset: one record per row, the columns
-// named as LoadJSONL's fields (strings, a boolean label, an integer or
+// loadParquetCols reads a Parquet dataset: one record per row, the columns
+// named as loadJSONLCols's fields (strings, a boolean label, an integer or
 // string id, a list of {role, content} structs for chat messages, nested
 // groups reached by dotted column names such as
 // "reward_model.ground_truth"). A null value counts as an absent field.
 // Errors name the file and the row (1-based): "data.parquet: row 12: …".
-func LoadParquet(path string) ([]Example, error) {
-	exs, _, err := loadParquetCols(path, newColumns(schema.Columns{}))
-	return exs, err
-}
-
 func loadParquetCols(path string, cols columns) (exs []Example, s shape, err error) {
 	f, err := openDataFile(path)
 	if err != nil {

@@ -82,12 +82,6 @@ func Names() []string {
 	return names
 }
 
-// New builds the task a recipe's task section names, seeded with seed, at
-// the default difficulty.
-func New(t schema.Task, seed int) (Task, error) {
-	return NewFor(t, schema.Knobs{Seed: seed})
-}
-
 // NewFor builds the task a recipe's task section names with the run's knobs:
 // the seed and the task_* difficulty knobs (zero values take the task's
 // defaults). Zero split sizes take the schema defaults; negative ones are errors.

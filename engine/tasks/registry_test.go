@@ -141,7 +141,7 @@ func TestForKind(t *testing.T) {
 	if _, err := ForKind(mix.Train(), KindFlow); err != nil {
 		t.Error(err)
 	}
-	if !Serves(mix, KindFlow) || Serves(mix, KindRL) {
+	if !slices.Contains(mix.Kinds(), KindFlow) || slices.Contains(mix.Kinds(), KindRL) {
 		t.Errorf("mixture kinds %v", mix.Kinds())
 	}
 }

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"math"
 	"regexp"
-	"strconv"
 	"strings"
 	"unicode/utf8"
 
@@ -180,10 +179,6 @@ func indicator(b bool) float64 {
 	return 0
 }
 
-// numberRE matches a decimal number: sign, digits with an optional
-// fraction (or a bare fraction), optional exponent.
-var numberRE = regexp.MustCompile(`[-+]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][-+]?[0-9]+)?`)
-
 // FinalNumber is the value of s's final answer (ExtractAnswer) read as a
 // number (normalised as MathEqual does; "50%" reads 50); false when s has
 // no answer or it is not a number.
@@ -194,22 +189,6 @@ func FinalNumber(s string) (float64, bool) {
 	}
 	v, _, ok := parseMathNumber(normalizeMath(a))
 	return v, ok
-}
-
-// FirstNumber parses the first number in s (see NewRewardFunc for the
-// syntax); false when s has none. Out-of-range values are ±Inf.
-func FirstNumber(s string) (float64, bool) {
-	s = strings.ReplaceAll(s, "\u2212", "-")
-	m := numberRE.FindString(s)
-	if m == "" {
-		return 0, false
-	}
-	x, err := strconv.ParseFloat(m, 64)
-	var ne *strconv.NumError
-	if err != nil && !(errors.As(err, &ne) && errors.Is(ne.Err, strconv.ErrRange)) {
-		return 0, false // unreachable for strings numberRE matched
-	}
-	return x, true
 }
 
 // verifiedByTerms is implemented by tasks whose correctness test is the

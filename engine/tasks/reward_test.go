@@ -121,29 +121,6 @@ func TestRewardFuncErrors(t *testing.T) {
 	}
 }
 
-func TestFirstNumber(t *testing.T) {
-	tests := []struct {
-		s    string
-		want float64
-		ok   bool
-	}{
-		{"42", 42, true},
-		{"x = -7.25;", -7.25, true},
-		{"−3", -3, true},
-		{"2e-2", 0.02, true},
-		{"e5", 5, true},
-		{"", 0, false},
-		{"-", 0, false},
-		{"1e999", math.Inf(1), true},
-	}
-	for _, tc := range tests {
-		got, ok := FirstNumber(tc.s)
-		if ok != tc.ok || got != tc.want {
-			t.Errorf("FirstNumber(%q) = %v, %v; want %v, %v", tc.s, got, ok, tc.want, tc.ok)
-		}
-	}
-}
-
 func TestRewardCombination(t *testing.T) {
 	task, err := NewArithmetic(ArithmeticConfig{}, 10, 5, 1)
 	if err != nil {

@@ -19,7 +19,7 @@
 //   - mixture2d: 2-D points of a Gaussian mixture (MixtureConfig; reward
 //     Mixture.ScorePoint);
 //   - jsonl, json, parquet: the records of task.path in that format
-//     (LoadJSONL, LoadJSON, LoadParquet; task.columns names the fields),
+//     (task.columns names the fields),
 //     validated against task.validation_path or a seeded validation_split
 //     (10%) of the prompts; train_size and validation_size do not apply
 //     (every record is used).
@@ -36,7 +36,6 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"slices"
 
 	"stx.dev/stx/schema"
 )
@@ -125,9 +124,6 @@ type Rewarded interface {
 type PointScorer interface {
 	ScorePoint(p []float32) (reward float64, correct bool, err error)
 }
-
-// Serves reports whether t serves data kind k.
-func Serves(t Task, k Kind) bool { return slices.Contains(t.Kinds(), k) }
 
 // ForKind returns the examples shaped for data kind k, or an error naming
 // the first example that cannot serve it:

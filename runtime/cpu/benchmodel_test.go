@@ -20,7 +20,7 @@ func meanNLL(ctx *context.Context, m *runtime.Model, batch map[string]*graph.Nod
 	return loss, nil
 }
 
-// TestBenchModelMatchesSimpleGo runs the "bench" model (the yardstick: Llama-style,
+// TestBenchModelMatchesSimpleGo runs the "bench" model (stx bench's yardstick: Llama-style,
 // 4.3 M parameters) on both backends from the same weights and requires equal log-probs, loss
 // and gradients of every variable, to 1e-5 relative.
 func TestBenchModelMatchesSimpleGo(t *testing.T) {

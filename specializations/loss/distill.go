@@ -34,9 +34,6 @@ type OPDConfig struct {
 	ClipMin, ClipMax float64
 }
 
-// DefaultOPDConfig is κ = 1, γ_kl = 0, no clip (the usual on-policy distillation setting).
-func DefaultOPDConfig() OPDConfig { return OPDConfig{KLCoef: 1} }
-
 // OPDAdvantages computes the precomputed per-token advantages of on-policy
 // distillation (Agarwal et al., 2024) on the host: a_t = κ(lt_t − ls_t)·mask_t,
 // A_t = Σ_{j≥t} γ^{j−t} a_j (masked positions add 0 but consume a discount step),
@@ -85,27 +82,6 @@ func OPDAdvantages(teacherLogp, samplerLogp, mask, env [][]float64, cfg OPDConfi
 	return out, nil
 }
 
-// TeacherKL is the on-policy distillation metric: Σ mask·(ls − lt) / Σ mask (0 when empty),
-// the sampled estimate of the reverse KL KL(π_S‖π_T) per token.
-func TeacherKL(teacherLogp, samplerLogp, mask [][]float64) (float64, error) {
-	if err := sameHostShape("teacher kl", teacherLogp, samplerLogp, mask); err != nil {
-		return 0, err
-	}
-	sum, n := 0.0, 0.0
-	for b := range mask {
-		for t, m := range mask[b] {
-			if m != 0 {
-				sum += samplerLogp[b][t] - teacherLogp[b][t]
-				n++
-			}
-		}
-	}
-	if n == 0 {
-		return 0, nil
-	}
-	return sum / n, nil
-}
-
 func sameHostShape(what string, ref [][]float64, others ...[][]float64) error {
 	for i, o := range others {
 		if len(o) != len(ref) {
@@ -125,9 +101,6 @@ type GKDConfig struct {
 	Beta        float64 // β in [0, 1]: 0 = forward KL(T‖S), 1 = reverse KL(S‖T); default 0.5
 	Temperature float64 // τ > 0 applied to both logits; default 1
 }
-
-// DefaultGKDConfig is β = 0.5, τ = 1 (trl's GKD defaults).
-func DefaultGKDConfig() GKDConfig { return GKDConfig{Beta: 0.5, Temperature: 1} }
 
 // GeneralizedJSD is GKD's per-token divergence over full distributions
 // (Agarwal et al., 2024): with S = softmax(z_S/τ), T = softmax(z_T/τ), β = 0 gives KL(T‖S), β = 1 gives

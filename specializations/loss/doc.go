@@ -3,8 +3,9 @@
 // node with named metric nodes.
 //
 // Every formula follows its paper or the reference implementation named in its
-// doc comment, and is checked against the test vectors in testdata/algorithms.json
-// and against finite differences.
+// doc comment, as docs/ALGORITHMS.md restates it (with the choice made where
+// implementations disagree, its section K), and is checked against the test vectors
+// in testdata/algorithms.json and against finite differences.
 //
 // Conventions used throughout:
 //   - Token tensors are [rows, tokens] (B×T); masks hold 0/1 in any dtype (or bool)

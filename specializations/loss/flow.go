@@ -135,12 +135,6 @@ func SDEStepLogProb(x, v, xNext, sigma, sigmaNext *Node, cfg SDEConfig) (SDEStep
 	return SDEStep{Mean: mean, Std: std, SigmaT: sigmaT, LogProb: logp, LogProbSum: MulScalar(logp, float64(dims))}, nil
 }
 
-// DefaultFlowGRPOConfig is the PPO configuration of Flow-GRPO (Liu et al., 2025): ε = 1e-4,
-// no dual clip.
-func DefaultFlowGRPOConfig() PPOConfig {
-	return PPOConfig{EpsLow: 1e-4, EpsHigh: 1e-4, LogRatioClamp: 20}
-}
-
 // FlowGRPOLoss is Flow-GRPO's policy loss (Liu et al., 2025): PPO (Schulman et al., 2017; ε = 1e-4 by
 // default) with ρ = exp(log p_θ − log p_old) per (sample, step), averaged over all
 // entries. logp, oldLogp and advantages are vectors with one entry per (sample,

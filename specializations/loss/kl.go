@@ -49,11 +49,6 @@ type KLConfig struct {
 	Grad GradForm
 }
 
-// DefaultKLConfig is k3 with verl's clamps and its own gradient (verl's default).
-func DefaultKLConfig() KLConfig {
-	return KLConfig{Estimator: KLK3, LogRatioClamp: 20, OutputClamp: 10, Grad: GradDirect}
-}
-
 func (c KLConfig) resolved() (KLConfig, error) {
 	if c.Estimator == "" {
 		c.Estimator = KLK3
@@ -145,8 +140,9 @@ func KLValue(lp, lq float64, cfg KLConfig) (float64, error) {
 }
 
 // KLPenaltyRewards folds the KL into the per-token rewards:
-// r'[b,t] = r[b,t] − coef·k(old_logp, ref_logp)[b,t], before GAE/returns. The spec's
-// estimator here is k1; cfg.Grad is irrelevant on the host. Rewards at masked
+// r'[b,t] = r[b,t] − coef·k(old_logp, ref_logp)[b,t], before GAE/returns. cfg.Estimator
+// picks k (k1, the log-ratio, is the usual in-reward penalty: Ziegler et al., 2019); cfg.Grad
+// is irrelevant on the host. Rewards at masked
 // positions are ignored downstream (by GAE), so no mask is needed.
 func KLPenaltyRewards(scores, oldLogp, refLogp [][]float64, coef float64, cfg KLConfig) ([][]float64, error) {
 	if len(oldLogp) != len(scores) || len(refLogp) != len(scores) {

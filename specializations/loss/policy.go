@@ -143,9 +143,6 @@ type PPOConfig struct {
 	EpsLowNode, EpsHighNode *Node
 }
 
-// DefaultPPOConfig is ε_low = ε_high = 0.2, no dual clip (PPO's defaults).
-func DefaultPPOConfig() PPOConfig { return PPOConfig{EpsLow: 0.2, EpsHigh: 0.2, LogRatioClamp: 20} }
-
 func (c PPOConfig) resolved() (PPOConfig, error) {
 	if c.LogRatioClamp == 0 {
 		c.LogRatioClamp = 20
@@ -215,12 +212,6 @@ type GSPOConfig struct {
 	EpsLowNode, EpsHighNode, SeqLogRatioMaxNode *Node
 }
 
-// DefaultGSPOConfig is the GSPO paper's ε_low = 3e-4, ε_high = 4e-4 (Zheng et al., 2025).
-// The recommended aggregation is seq-mean-token-mean.
-func DefaultGSPOConfig() GSPOConfig {
-	return GSPOConfig{EpsLow: 3e-4, EpsHigh: 4e-4, SeqLogRatioMax: 10}
-}
-
 // GSPO is the sequence-level clipped surrogate (Zheng et al., 2025):
 // s_b = exp(min(masked mean_t(logp − old_logp), max)), s[b,t] = sg(s_b)·exp(logp − sg(logp)),
 // ℓ = max(−A·s, −A·clip(s, 1−ε_low, 1+ε_high)). The gradient w.r.t. logp[b,t] is
@@ -271,9 +262,6 @@ type CISPOConfig struct {
 	// and ClipHigh (hot-reloadable batch inputs; see PPOConfig).
 	ClipLowNode, ClipHighNode *Node
 }
-
-// DefaultCISPOConfig is lo = 0 (lower bound disabled), hi = 4 (tinker's bounds; MiniMax-M1 has no lower bound either).
-func DefaultCISPOConfig() CISPOConfig { return CISPOConfig{ClipLow: 0, ClipHigh: 4, LogRatioClamp: 20} }
 
 // CISPO is the clipped-IS-weight loss (MiniMax, 2025): ℓ = −sg(clip(ρ, lo, hi))·A·logp,
 // whose gradient −clip(ρ)·A is never zeroed. The value depends on the absolute

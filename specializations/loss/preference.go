@@ -83,9 +83,6 @@ type DPOConfig struct {
 	IPOSummed bool
 }
 
-// DefaultDPOConfig is sigmoid DPO with β = 0.1 (the DPO paper's and TRL's default).
-func DefaultDPOConfig() DPOConfig { return DPOConfig{Type: DPOSigmoid, Beta: 0.1} }
-
 // DPO is the DPO family (Rafailov et al., 2023) with h = (P_c − R_c) − (P_r − R_r): sigmoid
 // (with cDPO label smoothing), hinge and IPO (length-normalised by default, n = 0 →
 // 1). Loss = mean over pairs. Metrics: accuracy (mean[h > 0]), margins, chosen_rewards,
@@ -158,9 +155,6 @@ type SimPOConfig struct {
 	Gamma          float64 // γ, the absolute margin (= β·gamma_beta_ratio), default 1.0
 	LabelSmoothing float64 // ε in [0, 0.5), as in cDPO; default 0
 }
-
-// DefaultSimPOConfig is the SimPO paper's β = 2, γ = 1.
-func DefaultSimPOConfig() SimPOConfig { return SimPOConfig{Beta: 2, Gamma: 1} }
 
 // SimPO is the reference-free, length-normalised loss of SimPO (Meng et al., 2024):
 // z = β(P̄_c − P̄_r) − γ with P̄ = P/n (n = 0 → 1), ℓ = −(1−ε) log σ(z) − ε log σ(−z).
@@ -244,11 +238,6 @@ type KTOConfig struct {
 	Beta              float64 // β, default 0.1
 	DesirableWeight   float64 // λ_D, default 1
 	UndesirableWeight float64 // λ_U, default 1
-}
-
-// DefaultKTOConfig is β = 0.1, λ_D = λ_U = 1 (the KTO paper's and TRL's defaults).
-func DefaultKTOConfig() KTOConfig {
-	return KTOConfig{Beta: 0.1, DesirableWeight: 1, UndesirableWeight: 1}
 }
 
 // KTO is the loss of Ethayarajh et al. (2024): ρ_i = P_i − R_i, z0 = sg(max(0, mean_j(P'_j − R'_j))),

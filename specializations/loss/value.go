@@ -14,9 +14,6 @@ type ValueConfig struct {
 	Unclipped bool
 }
 
-// DefaultValueConfig is ε_v = 0.5 (verl's and OpenRLHF's default).
-func DefaultValueConfig() ValueConfig { return ValueConfig{ClipRange: 0.5} }
-
 // ValueLoss is PPO's clipped value loss (Schulman et al., 2017):
 // v_c = clip(v, v_old − ε_v, v_old + ε_v), ℓ = max((v − R)², (v_c − R)²), L = ½·agg(ℓ).
 // The gradient w.r.t. v is w[b,t]·(v − R) where v is inside the clip interval or
