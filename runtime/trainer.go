@@ -59,6 +59,7 @@ type Trainer struct {
 	// accumulate adds a micro-batch's gradients into the accumulators; applyFresh and
 	// applyAccumulated finish a step from the last micro-batch, without and with accumulators.
 	accumulate, applyFresh, applyAccumulated *context.Exec
+	dp                                       *dataParallel // nil on one device; see dataparallel.go
 }
 
 // optimizerScope is where the trainer keeps its state variables, under the model's scope.
@@ -161,7 +162,8 @@ func (t *Trainer) lossAndGrads(ctx *context.Context, batchNodes []*Node) (loss *
 	for i, v := range t.trainVar {
 		params[i] = v.ValueGraph(g)
 	}
-	return loss, metrics, Gradient(loss, params...)
+	loss, metrics, grads = t.dp.allReduce(t.metrics, loss, metrics, Gradient(loss, params...))
+	return loss, metrics, grads
 }
 
 func (t *Trainer) accumulateGraph(ctx *context.Context, batchNodes []*Node) []*Node {
@@ -222,7 +224,11 @@ func (t *Trainer) Step(microBatches []map[string]*tensors.Tensor) (StepResult, e
 	}
 	last := len(microBatches) - 1
 	for i := range last {
-		out, err := t.accumulate.Exec(args[i]...)
+		var out []*tensors.Tensor
+		a, err := t.deviceArgs(nil, args[i])
+		if err == nil {
+			out, err = t.accumulate.Exec(a...)
+		}
 		if err != nil {
 			t.resetAccumulators()
 			return StepResult{}, fmt.Errorf("train step, micro-batch %d: %w", i, err)
@@ -234,8 +240,11 @@ func (t *Trainer) Step(microBatches []map[string]*tensors.Tensor) (StepResult, e
 	if last > 0 {
 		exec = t.applyAccumulated
 	}
-	in := []any{float32(res.LR), float32(bc1), float32(bc2)}
-	out, err := exec.Exec(append(in, args[last]...)...)
+	var out []*tensors.Tensor
+	in, err := t.deviceArgs([]any{float32(res.LR), float32(bc1), float32(bc2)}, args[last])
+	if err == nil {
+		out, err = exec.Exec(in...)
+	}
 	if err != nil {
 		t.resetAccumulators()
 		return StepResult{}, fmt.Errorf("train step, micro-batch %d: %w", last, err)

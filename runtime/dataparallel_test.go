@@ -1,0 +1,185 @@
+package runtime
+
+import (
+	"math"
+	"math/rand/v2"
+	"strings"
+	"testing"
+
+	. "github.com/gomlx/gomlx/pkg/core/graph" //nolint:revive // graph-building code reads better unqualified.
+	"github.com/gomlx/gomlx/pkg/core/tensors"
+	"github.com/gomlx/gomlx/pkg/ml/context"
+)
+
+// tokenSumLoss is a token-mean NLL normalised by the whole mini-batch's token count ("den"), as
+// the specializations' losses are: it adds up over micro-batches and over devices' shares.
+func tokenSumLoss(ctx *context.Context, m *Model, batch map[string]*Node) (*Node, map[string]*Node) {
+	logits := m.Logits(ctx, m.Forward(ctx, batch["tokens"]))
+	nll := Neg(Mul(LogProbs(logits, batch["targets"]), batch["mask"]))
+	ent := Mul(StopGradient(Entropy(logits)), batch["mask"])
+	return Div(ReduceAllSum(nll), batch["den"]), map[string]*Node{
+		"entropy":     Div(ReduceAllSum(ent), batch["den"]),
+		"entropy_max": ReduceAllMax(ent),
+	}
+}
+
+// TestDataParallelMatchesOneDevice trains the same model on the same global batches on 1, 2 and
+// 4 virtual devices of the cpu backend: losses, metrics, gradient norms and the weights after
+// three AdamW steps (two micro-batches each, clipping on) agree within float32 tolerance.
+func TestDataParallelMatchesOneDevice(t *testing.T) {
+	b, err := NewBackend("cpu:devices=4")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := smallGQA()
+	rng := rand.New(rand.NewPCG(5, 5))
+	var steps [][]map[string]*tensors.Tensor
+	for range 3 {
+		mbs := []map[string]*tensors.Tensor{sftBatch(rng, cfg, 4, 12), sftBatch(rng, cfg, 4, 12)}
+		var tokens float32
+		for _, mb := range mbs {
+			for _, v := range mb["mask"].Value().([][]float32) {
+				for _, x := range v {
+					tokens += x
+				}
+			}
+		}
+		for _, mb := range mbs {
+			mb["den"] = tensors.FromScalar(tokens)
+		}
+		steps = append(steps, mbs)
+	}
+	train := func(devices []int) ([]StepResult, *Model) {
+		m, err := NewModel(cfg, 9)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tr, err := NewTrainer(b, m, tokenSumLoss, TrainerConfig{AdamW: DefaultAdamW(), MaxGradNorm: 0.5,
+			Schedule: Schedule{BaseLR: 1e-2}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := tr.SetDevices(b, devices); err != nil {
+			t.Fatal(err)
+		}
+		if tr.Devices() != len(devices) {
+			t.Errorf("Devices() = %d, want %d", tr.Devices(), len(devices))
+		}
+		var res []StepResult
+		for _, mbs := range steps {
+			r, err := tr.Step(mbs)
+			if err != nil {
+				t.Fatalf("devices %v: %v", devices, err)
+			}
+			res = append(res, r)
+		}
+		return res, m
+	}
+	close := func(a, b, tol float64) bool { return math.Abs(a-b) <= tol*(1+math.Abs(b)) }
+	want, ref := train([]int{0})
+	// AdamW divides by √v, so float32 rounding in a gradient near zero moves a weight by up to
+	// lr: the tolerance on weights is what summing the same gradients in another order does on
+	// one device.
+	var control float64
+	{ // control: the same steps on one device with four micro-batches of two rows
+		saved := steps
+		steps = nil
+		for _, mbs := range saved {
+			var split []map[string]*tensors.Tensor
+			for _, mb := range mbs {
+				for h := range 2 {
+					half := map[string]*tensors.Tensor{}
+					for k, v := range mb {
+						half[k], _ = rowShare(v, h, 2)
+					}
+					split = append(split, half)
+				}
+			}
+			steps = append(steps, split)
+		}
+		_, m := train([]int{0})
+		for _, p := range ref.Params() {
+			a, _ := ref.ParamValues(p.Name)
+			c, _ := m.ParamValues(p.Name)
+			for j := range a {
+				control = max(control, math.Abs(float64(a[j]-c[j])))
+			}
+		}
+		t.Logf("control: 4 micro-batches instead of 2 on one device: largest weight difference %.2g", control)
+		steps = saved
+	}
+	for _, devices := range [][]int{{0, 1}, {3, 2, 1, 0}} {
+		got, m := train(devices)
+		for i := range want {
+			g, w := got[i], want[i]
+			if !close(g.Loss, w.Loss, 1e-5) || !close(g.GradNorm, w.GradNorm, 1e-4) ||
+				!close(g.Metrics["entropy"], w.Metrics["entropy"], 1e-5) ||
+				!close(g.Metrics["entropy_max"], w.Metrics["entropy_max"], 1e-6) {
+				t.Errorf("devices %v step %d: loss %v grad norm %v metrics %v; one device: %v %v %v",
+					devices, i, g.Loss, g.GradNorm, g.Metrics, w.Loss, w.GradNorm, w.Metrics)
+			}
+		}
+		var worst float64
+		for _, p := range ref.Params() {
+			a, err := ref.ParamValues(p.Name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			c, err := m.ParamValues(p.Name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for j := range a {
+				worst = max(worst, math.Abs(float64(a[j]-c[j])))
+			}
+		}
+		t.Logf("devices %v: loss %.6f (one device %.6f), largest weight difference %.2g", devices, got[2].Loss, want[2].Loss, worst)
+		if worst > 2*control+1e-6 || worst > 5e-4 {
+			t.Errorf("devices %v: weights differ from one device's by up to %g (control %g)", devices, worst, control)
+		}
+	}
+}
+
+func TestDataParallelErrors(t *testing.T) {
+	b, err := NewBackend("cpu:devices=2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := NewModel(smallGQA(), 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr, err := NewTrainer(b, m, tokenSumLoss, TrainerConfig{AdamW: DefaultAdamW(), Schedule: Schedule{BaseLR: 1e-3}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		devices []int
+		want    string
+	}{
+		{[]int{0, 2}, "device 2 does not exist: the backend has 2 device(s)"},
+		{[]int{1, 1}, "device 1 is listed twice"},
+		{nil, "no devices"},
+	} {
+		if err := tr.SetDevices(b, tc.devices); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("SetDevices(%v) = %v, want %q", tc.devices, err, tc.want)
+		}
+	}
+	if err := tr.SetDevices(b, []int{0, 1}); err != nil {
+		t.Fatal(err)
+	}
+	mb := sftBatch(rand.New(rand.NewPCG(1, 1)), smallGQA(), 3, 8)
+	mb["den"] = tensors.FromScalar(float32(10))
+	_, err = tr.Step(batch1(mb))
+	if err == nil || !strings.Contains(err.Error(), "a micro-batch of 3 rows does not divide among 2 devices") {
+		t.Errorf("3 rows on 2 devices: %v", err)
+	}
+	mb = sftBatch(rand.New(rand.NewPCG(1, 1)), smallGQA(), 4, 8)
+	mb["den"] = tensors.FromScalar(float32(10))
+	if _, err := tr.Step(batch1(mb)); err != nil {
+		t.Fatal(err)
+	}
+	if err := tr.SetDevices(b, []int{0}); err == nil {
+		t.Error("SetDevices after a step succeeded")
+	}
+}
