@@ -216,3 +216,20 @@ func rowShare(t *tensors.Tensor, d, n int) (*tensors.Tensor, error) {
 	}
 	return share, err
 }
+
+// SetDevice places a forward-only executor on device d of backend; it must be called before
+// the first Run.
+func (e *NamedExec) SetDevice(backend backends.Backend, d int) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.keys != nil {
+		return fmt.Errorf("%s: the device must be set before the first run", e.label)
+	}
+	if err := CheckDevices([]int{d}, backend.NumDevices()); err != nil {
+		return fmt.Errorf("%s: %w", e.label, err)
+	}
+	if d != 0 {
+		e.exec.WithDeviceAssignment([]backends.DeviceNum{backends.DeviceNum(d)})
+	}
+	return nil
+}

@@ -23,6 +23,7 @@ type Role struct {
 	SyncToRollout  bool           `json:"sync_to_rollout"`
 	Pool           string         `json:"pool"`
 	Model          Model          `json:"model"`
+	Devices        []int          `json:"devices,omitempty"`
 	Init           map[string]any `json:"init"`
 }
 

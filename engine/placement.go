@@ -1,0 +1,123 @@
+package engine
+
+import (
+	"fmt"
+	"slices"
+
+	"stx.dev/stx/runtime"
+	"stx.dev/stx/schema"
+	"stx.dev/stx/specializations"
+)
+
+// Role placement: a role's devices (schema: roles[i].devices) say where its weights live and
+// its steps run. A trainable role on several devices trains data-parallel (runtime's
+// Trainer.SetDevices); its forward-only passes (producers) and a frozen role run on one device.
+
+// placementProblems are the placement checks that need no backend: distinct devices, one
+// device for a frozen or velocity-model role, and micro-batches that divide among a
+// data-parallel role's devices.
+func placementProblems(r *schema.Recipe, g *Graph) []Problem {
+	var probs []Problem
+	for i, role := range r.Roles {
+		devs := role.Devices
+		path := fmt.Sprintf("roles[%d].devices", i)
+		for j, d := range devs {
+			if k := slices.Index(devs, d); k < j {
+				probs = append(probs, Problem{Path: fmt.Sprintf("%s[%d]", path, j),
+					Msg: fmt.Sprintf("device %d is listed twice (also at devices[%d])", d, k)})
+			}
+		}
+		if isVelocityRole(g, role.Name) && (len(devs) > 1 || len(devs) == 1 && devs[0] != 0) {
+			probs = append(probs, Problem{Path: path, Msg: fmt.Sprintf(
+				"role %q (specialization %s) is a velocity model, which runs on device 0 only", role.Name, role.Specialization)})
+			continue
+		}
+		if len(devs) <= 1 {
+			continue
+		}
+		switch {
+		case !role.Trainable:
+			probs = append(probs, Problem{Path: path, Msg: fmt.Sprintf(
+				"role %q is frozen: it runs forward-only on one device; list one device (data-parallel placement is for trainable roles)", role.Name)})
+		case r.Knobs.MicroBatchSize%len(devs) != 0:
+			probs = append(probs, Problem{Path: path, Msg: fmt.Sprintf(
+				"role %q trains data-parallel on %d devices, so each micro-batch's rows are split %d ways: micro_batch_size %d is not a multiple of %d",
+				role.Name, len(devs), len(devs), r.Knobs.MicroBatchSize, len(devs))})
+		}
+	}
+	return probs
+}
+
+func isVelocityRole(g *Graph, name string) bool {
+	for _, n := range g.Nodes {
+		if n.Role.Name == name {
+			return n.Contract.Data == specializations.DataFlow || n.Contract.Data == specializations.DataFlowRL
+		}
+	}
+	return false
+}
+
+// Placed reports whether any recipe of cat places a role on devices, so that a command knows
+// whether it needs a backend's device count to check them.
+func Placed(cat *schema.Catalog) bool {
+	for _, name := range cat.Names {
+		if r := cat.Recipes[name]; r != nil {
+			for _, role := range r.Roles {
+				if len(role.Devices) > 0 {
+					return true
+				}
+			}
+		}
+	}
+	return false
+}
+
+// CheckPlacement reports every role of cat's valid recipes placed on a device the backend
+// does not have (numDevices of them), at the device's position in the user's file.
+func CheckPlacement(cat *schema.Catalog, numDevices int) error {
+	var errs schema.List
+	for _, name := range cat.Names {
+		r := cat.Recipes[name]
+		if r == nil {
+			continue
+		}
+		for i, role := range r.Roles {
+			for j, d := range role.Devices {
+				if d < numDevices {
+					continue
+				}
+				path := fmt.Sprintf("roles[%d].devices[%d]", i, j)
+				errs = append(errs, &schema.Error{Pos: cat.Pos(name, path), Path: "recipes." + name + "." + path,
+					Msg: fmt.Sprintf("role %q is placed on device %d, but the backend has %d device(s) (0–%d)", role.Name, d, numDevices, numDevices-1)})
+			}
+		}
+	}
+	if len(errs) > 0 {
+		return errs.Sort()
+	}
+	return nil
+}
+
+// placeRole puts a built role's trainer and producers on the role's devices.
+func placeRole(b *runtime.Backend, r *role) error {
+	devs := r.node.Role.Devices
+	if len(devs) == 0 {
+		return nil
+	}
+	name := r.node.Role.Name
+	if r.trainer != nil {
+		if err := r.trainer.SetDevices(b, devs); err != nil {
+			return fmt.Errorf("role %q: %w", name, err)
+		}
+	}
+	for _, p := range []*specializations.Producer{r.self, r.ref} {
+		if p == nil {
+			continue
+		}
+		if err := p.SetDevice(b, devs[0]); err != nil {
+			return fmt.Errorf("role %q: %w", name, err)
+		}
+	}
+	return nil
+}
+
