@@ -120,4 +120,3 @@ func placeRole(b *runtime.Backend, r *role) error {
 	}
 	return nil
 }
-
