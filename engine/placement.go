@@ -32,6 +32,14 @@ func placementProblems(r *schema.Recipe, g *Graph) []Problem {
 				"role %q (specialization %s) is a velocity model, which runs on device 0 only", role.Name, role.Specialization)})
 			continue
 		}
+		if role.RolloutDevice != nil && i != rolloutRole(r) {
+			probs = append(probs, Problem{Path: fmt.Sprintf("roles[%d].rollout_device", i), Msg: fmt.Sprintf(
+				"role %q does not feed the rollout sampler (role %q does: the sync_to_rollout role, else the first trainable one)",
+				role.Name, r.Roles[max(rolloutRole(r), 0)].Name)})
+		} else if role.RolloutDevice != nil && isVelocityRole(g, role.Name) {
+			probs = append(probs, Problem{Path: fmt.Sprintf("roles[%d].rollout_device", i), Msg: fmt.Sprintf(
+				"role %q (specialization %s) is a velocity model, whose sampler runs on device 0 only", role.Name, role.Specialization)})
+		}
 		if len(devs) <= 1 {
 			continue
 		}
@@ -46,6 +54,15 @@ func placementProblems(r *schema.Recipe, g *Graph) []Problem {
 		}
 	}
 	return probs
+}
+
+// rolloutRole is the index of the role whose weights the rollout sampler uses: the first
+// sync_to_rollout role, else the first trainable one (-1: none).
+func rolloutRole(r *schema.Recipe) int {
+	if i := slices.IndexFunc(r.Roles, func(x schema.Role) bool { return x.SyncToRollout }); i >= 0 {
+		return i
+	}
+	return slices.IndexFunc(r.Roles, func(x schema.Role) bool { return x.Trainable })
 }
 
 func isVelocityRole(g *Graph, name string) bool {
@@ -63,7 +80,7 @@ func Placed(cat *schema.Catalog) bool {
 	for _, name := range cat.Names {
 		if r := cat.Recipes[name]; r != nil {
 			for _, role := range r.Roles {
-				if len(role.Devices) > 0 {
+				if len(role.Devices) > 0 || role.RolloutDevice != nil {
 					return true
 				}
 			}
@@ -82,13 +99,17 @@ func CheckPlacement(cat *schema.Catalog, numDevices int) error {
 			continue
 		}
 		for i, role := range r.Roles {
-			for j, d := range role.Devices {
-				if d < numDevices {
-					continue
+			check := func(path, what string, d int) {
+				if d >= numDevices {
+					errs = append(errs, &schema.Error{Pos: cat.Pos(name, path), Path: "recipes." + name + "." + path,
+						Msg: fmt.Sprintf("%s %d, but the backend has %d device(s) (0–%d)", what, d, numDevices, numDevices-1)})
 				}
-				path := fmt.Sprintf("roles[%d].devices[%d]", i, j)
-				errs = append(errs, &schema.Error{Pos: cat.Pos(name, path), Path: "recipes." + name + "." + path,
-					Msg: fmt.Sprintf("role %q is placed on device %d, but the backend has %d device(s) (0–%d)", role.Name, d, numDevices, numDevices-1)})
+			}
+			for j, d := range role.Devices {
+				check(fmt.Sprintf("roles[%d].devices[%d]", i, j), fmt.Sprintf("role %q is placed on device", role.Name), d)
+			}
+			if role.RolloutDevice != nil {
+				check(fmt.Sprintf("roles[%d].rollout_device", i), fmt.Sprintf("role %q samples rollouts on device", role.Name), *role.RolloutDevice)
 			}
 		}
 	}
@@ -118,5 +139,47 @@ func placeRole(b *runtime.Backend, r *role) error {
 			return fmt.Errorf("role %q: %w", name, err)
 		}
 	}
+	return nil
+}
+
+// rolloutSampler is the sampler of the rollout role r: reading r's own weights, or a copy of
+// them on the role's rollout_device, which updateWeights refreshes.
+func (l *loop) rolloutSampler(r *role) (*runtime.Sampler, error) {
+	d := r.node.Role.RolloutDevice
+	if d == nil {
+		s, err := runtime.NewSampler(l.backend, r.model)
+		if err == nil && len(r.node.Role.Devices) > 0 {
+			err = s.SetDevice(l.backend, r.node.Role.Devices[0])
+		}
+		return s, err
+	}
+	push, err := runtime.NewRolloutCopy(l.backend, r.model, *d)
+	if err != nil {
+		return nil, fmt.Errorf("role %q: %w", r.name(), err)
+	}
+	s, err := runtime.NewSampler(l.backend, push.Model())
+	if err != nil {
+		return nil, err
+	}
+	if err := s.SetDevice(l.backend, *d); err != nil {
+		return nil, err
+	}
+	l.push = push
+	return s, nil
+}
+
+// updateWeights pushes the trained weights of the rollout role to the sampler's copy when
+// the sampler has one (rollout_device); otherwise the sampler reads the role's variables at
+// every Generate call and there is nothing to copy. An external rollout engine would receive
+// the weights here (see docs/multinode.md).
+func (l *loop) updateWeights() error {
+	if l.push == nil {
+		return nil
+	}
+	x, err := l.push.Push()
+	if err != nil {
+		return err
+	}
+	l.con.event("update_weights", map[string]any{"bytes": x.Bytes, "tensors": x.Tensors, "seconds": x.Duration.Seconds()})
 	return nil
 }

@@ -171,6 +171,7 @@ type loop struct {
 	byName  map[string]*role
 	primary *role // the first trainable role: its kind of data is generated
 	gen     *rolloutGen
+	push    *runtime.RolloutCopy // the sampler's copy of the rollout role's weights, if on its own device (placement.go)
 	eval    *evaluator
 	rng     *rand.PCG
 	state   loopState
@@ -276,7 +277,7 @@ func newLoop(rec *schema.Recipe, opts RunOptions, from *resumeFrom) (*loop, erro
 	if err != nil {
 		return nil, err
 	}
-	sampler, err := runtime.NewSampler(l.backend, rollout.model)
+	sampler, err := l.rolloutSampler(rollout)
 	if err != nil {
 		return nil, fmt.Errorf("sampler: %w", err)
 	}
@@ -690,7 +691,9 @@ func (l *loop) rollout(id int) error {
 		}
 	}
 	t := time.Now()
-	l.updateWeights()
+	if err := l.updateWeights(); err != nil {
+		return err
+	}
 	tUpd := time.Since(t)
 	l.res.Phases["update_weights"] += tUpd
 	var val map[string]float64
@@ -794,9 +797,3 @@ func (l *loop) reshuffle(d *estimators.Rollout, seed uint64) (*estimators.Rollou
 	}
 	return d.Select(idx)
 }
-
-// updateWeights pushes the weights of sync_to_rollout roles to the rollout
-// sampler. The embedded sampler reads its model's variables at every
-// Generate call, so there is nothing to copy; the phase is still timed so
-// that an external rollout backend slots in here.
-func (l *loop) updateWeights() {}

@@ -24,6 +24,7 @@ type Role struct {
 	Pool           string         `json:"pool"`
 	Model          Model          `json:"model"`
 	Devices        []int          `json:"devices,omitempty"`
+	RolloutDevice  *int           `json:"rollout_device,omitempty"`
 	Init           map[string]any `json:"init"`
 }
 
