@@ -40,6 +40,10 @@ func placementProblems(r *schema.Recipe, g *Graph) []Problem {
 			probs = append(probs, Problem{Path: fmt.Sprintf("roles[%d].rollout_device", i), Msg: fmt.Sprintf(
 				"role %q (specialization %s) is a velocity model, whose sampler runs on device 0 only", role.Name, role.Specialization)})
 		}
+		if role.Offload && isVelocityRole(g, role.Name) {
+			probs = append(probs, Problem{Path: fmt.Sprintf("roles[%d].offload", i), Msg: fmt.Sprintf(
+				"role %q (specialization %s) is a velocity model, which stx does not offload", role.Name, role.Specialization)})
+		}
 		if len(devs) <= 1 {
 			continue
 		}
@@ -172,14 +176,26 @@ func (l *loop) rolloutSampler(r *role) (*runtime.Sampler, error) {
 // the sampler has one (rollout_device); otherwise the sampler reads the role's variables at
 // every Generate call and there is nothing to copy. An external rollout engine would receive
 // the weights here (see docs/multinode.md).
+//
+// It then offloads the roles marked offload: their weights and optimizer state go to host
+// memory until their next use moves them back to their device.
 func (l *loop) updateWeights() error {
-	if l.push == nil {
-		return nil
+	if l.push != nil {
+		x, err := l.push.Push()
+		if err != nil {
+			return err
+		}
+		l.con.event("update_weights", map[string]any{"bytes": x.Bytes, "tensors": x.Tensors, "seconds": x.Duration.Seconds()})
 	}
-	x, err := l.push.Push()
-	if err != nil {
-		return err
+	for _, r := range l.roles {
+		if !r.node.Role.Offload || r.model == nil {
+			continue
+		}
+		x, err := r.model.Offload()
+		if err != nil {
+			return fmt.Errorf("role %q: %w", r.name(), err)
+		}
+		l.con.event("offload", map[string]any{"role": r.name(), "bytes": x.Bytes, "tensors": x.Tensors, "seconds": x.Duration.Seconds()})
 	}
-	l.con.event("update_weights", map[string]any{"bytes": x.Bytes, "tensors": x.Tensors, "seconds": x.Duration.Seconds()})
 	return nil
 }

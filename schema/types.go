@@ -25,6 +25,7 @@ type Role struct {
 	Model          Model          `json:"model"`
 	Devices        []int          `json:"devices,omitempty"`
 	RolloutDevice  *int           `json:"rollout_device,omitempty"`
+	Offload        bool           `json:"offload,omitempty"`
 	Init           map[string]any `json:"init"`
 }
 
