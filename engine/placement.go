@@ -14,8 +14,8 @@ import (
 // Trainer.SetDevices); its forward-only passes (producers) and a frozen role run on one device.
 
 // placementProblems are the placement checks that need no backend: distinct devices, one
-// device for a frozen or velocity-model role, and micro-batches that divide among a
-// data-parallel role's devices.
+// device for a frozen role, device 0 for a velocity-model role, rollout_device on the role
+// the sampler uses.
 func placementProblems(r *schema.Recipe, g *Graph) []Problem {
 	var probs []Problem
 	for i, role := range r.Roles {
@@ -51,10 +51,6 @@ func placementProblems(r *schema.Recipe, g *Graph) []Problem {
 		case !role.Trainable:
 			probs = append(probs, Problem{Path: path, Msg: fmt.Sprintf(
 				"role %q is frozen: it runs forward-only on one device; list one device (data-parallel placement is for trainable roles)", role.Name)})
-		case r.Knobs.MicroBatchSize%len(devs) != 0:
-			probs = append(probs, Problem{Path: path, Msg: fmt.Sprintf(
-				"role %q trains data-parallel on %d devices, so each micro-batch's rows are split %d ways: micro_batch_size %d is not a multiple of %d",
-				role.Name, len(devs), len(devs), r.Knobs.MicroBatchSize, len(devs))})
 		}
 	}
 	return probs

@@ -26,7 +26,8 @@ import (
 // A device's share of a micro-batch is treated like a micro-batch of its own: losses and
 // metrics are computed per share already scaled by the whole mini-batch (the trainer's
 // contract, see LossFn), so their sums over shares are the mini-batch's values, and extremes
-// ("_max", "_min") take the max or min, as CombineMetric does across micro-batches.
+// ("_max", "_min") take the max or min, as CombineMetric does across micro-batches. Rows that
+// do not divide evenly among the devices run in one more execution (see deviceParts).
 
 // DataAxis is the name of the mesh axis data-parallel training splits the batch along.
 const DataAxis = "data"
@@ -102,24 +103,29 @@ func (t *Trainer) Devices() int {
 	return len(t.dp.devices)
 }
 
-// allReduce sums the loss, the metrics and the gradients over the devices of an SPMD graph
-// (extremes by max and min); on a single-device graph it returns them unchanged.
-func (dp *dataParallel) allReduce(names []string, loss *Node, metrics, grads []*Node) (*Node, []*Node, []*Node) {
+// reduce returns the loss, the metrics and the gradients of the trainable parameters; in an
+// SPMD graph, each device's weighted by its share's weight (extra, a scalar: 1, or 0 for a
+// padding share) and all-reduced across the devices: sums, and max or min for extremes.
+func (dp *dataParallel) reduce(names []string, loss *Node, metrics, params, extra []*Node) (*Node, []*Node, []*Node) {
 	g := loss.Graph()
 	if dp == nil || g.DistributedStrategy() != distributed.SPMD {
-		return loss, metrics, grads
+		return loss, metrics, Gradient(loss, params...)
 	}
+	w := extra[0]
+	loss = Mul(loss, ConvertDType(w, loss.DType()))
+	grads := Gradient(loss, params...)
 	sums := append([]*Node{loss}, grads...)
 	var sumIdx, maxIdx, minIdx []int
 	var maxes, mins []*Node
 	for i, m := range metrics {
 		switch {
 		case strings.HasSuffix(names[i], "_max"):
+			// A padding share repeats a real row, so it cannot move an extreme.
 			maxIdx, maxes = append(maxIdx, i), append(maxes, m)
 		case strings.HasSuffix(names[i], "_min"):
 			minIdx, mins = append(minIdx, i), append(mins, m)
 		default:
-			sumIdx, sums = append(sumIdx, i), append(sums, m)
+			sumIdx, sums = append(sumIdx, i), append(sums, Mul(m, ConvertDType(w, m.DType())))
 		}
 	}
 	sums = g.Distributed().AllReduce(sums, backends.ReduceOpSum)
@@ -140,30 +146,85 @@ func (dp *dataParallel) allReduce(names []string, loss *Node, metrics, grads []*
 	return sums[0], out, sums[1 : 1+len(grads)]
 }
 
-// deviceArgs returns an executor's arguments for prefix (scalars every device gets) and one
-// micro-batch: as they are on one device, or device-major with each device's share of the
-// micro-batch's rows on several.
-func (t *Trainer) deviceArgs(prefix, batch []any) ([]any, error) {
+// deviceParts turns each micro-batch's arguments into the executions that compute it: itself
+// on one device; on N devices, device-major argument lists ([device 0's..., device 1's...])
+// each ending with the share's weight. A micro-batch of R rows runs as one execution of
+// ⌊R/N⌋ consecutive rows per device and, when N does not divide R, one more in which the
+// first R mod N devices get one leftover row each and the others repeat a real row with
+// weight 0 (SPMD devices must all have the same shapes): the sums are exactly the micro-batch's.
+func (t *Trainer) deviceParts(microBatches [][]any) ([][]any, error) {
 	if t.dp == nil {
-		return append(slices.Clone(prefix), batch...), nil
+		return microBatches, nil
 	}
 	n := len(t.dp.devices)
-	shares, err := splitRows(t.keys, batch, n)
-	if err != nil {
-		return nil, err
+	var parts [][]any
+	for _, batch := range microBatches {
+		rows, err := batchRows(t.keys, batch)
+		if err != nil {
+			return nil, err
+		}
+		if rows <= 0 {
+			return nil, fmt.Errorf("data-parallel split: the micro-batch has no rows to split")
+		}
+		type share struct {
+			lo, hi int
+			weight float32
+		}
+		var execs [][]share
+		if s := rows / n; s > 0 {
+			e := make([]share, n)
+			for d := range n {
+				e[d] = share{d * s, (d + 1) * s, 1}
+			}
+			execs = append(execs, e)
+		}
+		if r := rows % n; r > 0 {
+			e := make([]share, n)
+			for d := range n {
+				if d < r {
+					e[d] = share{rows - r + d, rows - r + d + 1, 1}
+				} else {
+					e[d] = share{0, 1, 0}
+				}
+			}
+			execs = append(execs, e)
+		}
+		for _, e := range execs {
+			var args []any
+			for _, sh := range e {
+				for _, a := range batch {
+					x, err := rowRange(a.(*tensors.Tensor), sh.lo, sh.hi)
+					if err != nil {
+						return nil, fmt.Errorf("data-parallel split: %w", err)
+					}
+					args = append(args, x)
+				}
+				args = append(args, sh.weight)
+			}
+			parts = append(parts, args)
+		}
 	}
-	out := make([]any, 0, n*(len(prefix)+len(batch)))
-	for d := range n {
-		out = append(out, prefix...)
-		out = append(out, shares[d]...)
-	}
-	return out, nil
+	return parts, nil
 }
 
-// splitRows splits a micro-batch's tensors (named keys) into n shares of consecutive rows: a
-// tensor of rank ≥ 1 is cut along its first axis, which must be the same for all of them and
-// a multiple of n; a scalar (a normaliser of the whole mini-batch) goes to every share.
-func splitRows(keys []string, batch []any, n int) ([][]any, error) {
+// withPrefix puts prefix (scalars every device gets) before each device's arguments of part.
+func (t *Trainer) withPrefix(prefix, part []any) []any {
+	if t.dp == nil {
+		return append(slices.Clone(prefix), part...)
+	}
+	n := len(t.dp.devices)
+	k := len(part) / n
+	out := make([]any, 0, len(part)+n*len(prefix))
+	for d := range n {
+		out = append(out, prefix...)
+		out = append(out, part[d*k:(d+1)*k]...)
+	}
+	return out
+}
+
+// batchRows is the first-axis size the micro-batch's tensors of rank ≥ 1 share (-1 if all are
+// scalars); tensors disagreeing on it cannot be split.
+func batchRows(keys []string, batch []any) (int, error) {
 	rows, rowsKey := -1, ""
 	for i, a := range batch {
 		t := a.(*tensors.Tensor)
@@ -173,43 +234,27 @@ func splitRows(keys []string, batch []any, n int) ([][]any, error) {
 		if rows < 0 {
 			rows, rowsKey = t.Shape().Dimensions[0], keys[i]
 		} else if d := t.Shape().Dimensions[0]; d != rows {
-			return nil, fmt.Errorf("data-parallel split: %q has %d rows, %q has %d: every batch tensor must share its first axis",
+			return 0, fmt.Errorf("data-parallel split: %q has %d rows, %q has %d: every batch tensor must share its first axis",
 				keys[i], d, rowsKey, rows)
 		}
 	}
-	if rows >= 0 && rows%n != 0 {
-		return nil, fmt.Errorf("data-parallel split: a micro-batch of %d rows does not divide among %d devices; make the micro-batch size a multiple of %d",
-			rows, n, n)
-	}
-	shares := make([][]any, n)
-	for d := range shares {
-		shares[d] = make([]any, len(batch))
-	}
-	for i, a := range batch {
-		t := a.(*tensors.Tensor)
-		for d := range n {
-			var err error
-			if shares[d][i], err = rowShare(t, d, n); err != nil {
-				return nil, fmt.Errorf("data-parallel split of %q: %w", keys[i], err)
-			}
-		}
-	}
-	return shares, nil
+	return rows, nil
 }
 
-// rowShare returns share d of n of t's rows (a copy of t if it is a scalar): every device gets
-// a tensor of its own, so no tensor is moved between devices mid-call.
-func rowShare(t *tensors.Tensor, d, n int) (*tensors.Tensor, error) {
+// rowRange returns a copy of rows [lo, hi) of t, or of t itself if it is a scalar: every
+// device gets a tensor of its own, so no tensor is moved between devices mid-call.
+func rowRange(t *tensors.Tensor, lo, hi int) (*tensors.Tensor, error) {
 	if t.Rank() == 0 {
 		return t.LocalClone()
 	}
 	dims := slices.Clone(t.Shape().Dimensions)
-	dims[0] /= n
+	rows := dims[0]
+	dims[0] = hi - lo
 	share := tensors.FromShape(shapes.Make(t.DType(), dims...))
 	var inner error
 	err := t.ConstBytes(func(src []byte) {
-		size := len(src) / n
-		inner = share.MutableBytes(func(dst []byte) { copy(dst, src[d*size:(d+1)*size]) })
+		row := len(src) / rows
+		inner = share.MutableBytes(func(dst []byte) { copy(dst, src[lo*row:hi*row]) })
 	})
 	if err == nil {
 		err = inner

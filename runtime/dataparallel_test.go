@@ -35,7 +35,9 @@ func TestDataParallelMatchesOneDevice(t *testing.T) {
 	rng := rand.New(rand.NewPCG(5, 5))
 	var steps [][]map[string]*tensors.Tensor
 	for range 3 {
-		mbs := []map[string]*tensors.Tensor{sftBatch(rng, cfg, 4, 12), sftBatch(rng, cfg, 4, 12)}
+		// 4 and 3 rows: on 2 devices 2+2, then 1+1 and a leftover row; on 4 devices 1 each,
+		// then 3 leftover rows and a padding share.
+		mbs := []map[string]*tensors.Tensor{sftBatch(rng, cfg, 4, 12), sftBatch(rng, cfg, 3, 12)}
 		var tokens float32
 		for _, mb := range mbs {
 			for _, v := range mb["mask"].Value().([][]float32) {
@@ -54,7 +56,12 @@ func TestDataParallelMatchesOneDevice(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		tr, err := NewTrainer(b, m, tokenSumLoss, TrainerConfig{AdamW: DefaultAdamW(), MaxGradNorm: 0.5,
+		// AdamW divides by √v + ε: with PyTorch's ε = 1e-8 a gradient at float32 rounding
+		// level (one summed in another order) becomes a step of up to lr, so the weights could
+		// only be compared to within lr. ε = 1e-3 keeps such steps at rounding level too.
+		adam := DefaultAdamW()
+		adam.Eps = 1e-3
+		tr, err := NewTrainer(b, m, tokenSumLoss, TrainerConfig{AdamW: adam, MaxGradNorm: 0.5,
 			Schedule: Schedule{BaseLR: 1e-2}})
 		if err != nil {
 			t.Fatal(err)
@@ -77,37 +84,6 @@ func TestDataParallelMatchesOneDevice(t *testing.T) {
 	}
 	close := func(a, b, tol float64) bool { return math.Abs(a-b) <= tol*(1+math.Abs(b)) }
 	want, ref := train([]int{0})
-	// AdamW divides by √v, so float32 rounding in a gradient near zero moves a weight by up to
-	// lr: the tolerance on weights is what summing the same gradients in another order does on
-	// one device.
-	var control float64
-	{ // control: the same steps on one device with four micro-batches of two rows
-		saved := steps
-		steps = nil
-		for _, mbs := range saved {
-			var split []map[string]*tensors.Tensor
-			for _, mb := range mbs {
-				for h := range 2 {
-					half := map[string]*tensors.Tensor{}
-					for k, v := range mb {
-						half[k], _ = rowShare(v, h, 2)
-					}
-					split = append(split, half)
-				}
-			}
-			steps = append(steps, split)
-		}
-		_, m := train([]int{0})
-		for _, p := range ref.Params() {
-			a, _ := ref.ParamValues(p.Name)
-			c, _ := m.ParamValues(p.Name)
-			for j := range a {
-				control = max(control, math.Abs(float64(a[j]-c[j])))
-			}
-		}
-		t.Logf("control: 4 micro-batches instead of 2 on one device: largest weight difference %.2g", control)
-		steps = saved
-	}
 	for _, devices := range [][]int{{0, 1}, {3, 2, 1, 0}} {
 		got, m := train(devices)
 		for i := range want {
@@ -134,8 +110,8 @@ func TestDataParallelMatchesOneDevice(t *testing.T) {
 			}
 		}
 		t.Logf("devices %v: loss %.6f (one device %.6f), largest weight difference %.2g", devices, got[2].Loss, want[2].Loss, worst)
-		if worst > 2*control+1e-6 || worst > 5e-4 {
-			t.Errorf("devices %v: weights differ from one device's by up to %g (control %g)", devices, worst, control)
+		if worst > 2e-6 {
+			t.Errorf("devices %v: weights differ from one device's by up to %g", devices, worst)
 		}
 	}
 }
@@ -168,18 +144,16 @@ func TestDataParallelErrors(t *testing.T) {
 	if err := tr.SetDevices(b, []int{0, 1}); err != nil {
 		t.Fatal(err)
 	}
-	mb := sftBatch(rand.New(rand.NewPCG(1, 1)), smallGQA(), 3, 8)
-	mb["den"] = tensors.FromScalar(float32(10))
-	_, err = tr.Step(batch1(mb))
-	if err == nil || !strings.Contains(err.Error(), "a micro-batch of 3 rows does not divide among 2 devices") {
-		t.Errorf("3 rows on 2 devices: %v", err)
-	}
-	mb = sftBatch(rand.New(rand.NewPCG(1, 1)), smallGQA(), 4, 8)
+	mb := sftBatch(rand.New(rand.NewPCG(1, 1)), smallGQA(), 4, 8)
 	mb["den"] = tensors.FromScalar(float32(10))
 	if _, err := tr.Step(batch1(mb)); err != nil {
 		t.Fatal(err)
 	}
 	if err := tr.SetDevices(b, []int{0}); err == nil {
 		t.Error("SetDevices after a step succeeded")
+	}
+	mb["den"] = tensors.FromValue([]float32{1, 2})
+	if _, err := tr.Step(batch1(mb)); err == nil || !strings.Contains(err.Error(), "every batch tensor must share its first axis") {
+		t.Errorf("a batch tensor of 2 rows among 4: %v", err)
 	}
 }

@@ -162,8 +162,8 @@ func (t *Trainer) lossAndGrads(ctx *context.Context, batchNodes []*Node) (loss *
 	for i, v := range t.trainVar {
 		params[i] = v.ValueGraph(g)
 	}
-	loss, metrics, grads = t.dp.allReduce(t.metrics, loss, metrics, Gradient(loss, params...))
-	return loss, metrics, grads
+	// One device: the gradients; several: also weighted and all-reduced (dataparallel.go).
+	return t.dp.reduce(t.metrics, loss, metrics, params, batchNodes[len(t.keys):])
 }
 
 func (t *Trainer) accumulateGraph(ctx *context.Context, batchNodes []*Node) []*Node {
@@ -210,6 +210,9 @@ func (t *Trainer) Step(microBatches []map[string]*tensors.Tensor) (StepResult, e
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	args, err := MicroBatchArgs(&t.keys, microBatches)
+	if err == nil {
+		args, err = t.deviceParts(args) // one device: unchanged (dataparallel.go)
+	}
 	if err != nil {
 		return StepResult{}, fmt.Errorf("train step: %w", err)
 	}
@@ -222,13 +225,9 @@ func (t *Trainer) Step(microBatches []map[string]*tensors.Tensor) (StepResult, e
 		}
 		seen = true
 	}
-	last := len(microBatches) - 1
+	last := len(args) - 1
 	for i := range last {
-		var out []*tensors.Tensor
-		a, err := t.deviceArgs(nil, args[i])
-		if err == nil {
-			out, err = t.accumulate.Exec(a...)
-		}
+		out, err := t.accumulate.Exec(args[i]...)
 		if err != nil {
 			t.resetAccumulators()
 			return StepResult{}, fmt.Errorf("train step, micro-batch %d: %w", i, err)
@@ -240,11 +239,8 @@ func (t *Trainer) Step(microBatches []map[string]*tensors.Tensor) (StepResult, e
 	if last > 0 {
 		exec = t.applyAccumulated
 	}
-	var out []*tensors.Tensor
-	in, err := t.deviceArgs([]any{float32(res.LR), float32(bc1), float32(bc2)}, args[last])
-	if err == nil {
-		out, err = exec.Exec(in...)
-	}
+	in := []any{float32(res.LR), float32(bc1), float32(bc2)}
+	out, err := exec.Exec(t.withPrefix(in, args[last])...)
 	if err != nil {
 		t.resetAccumulators()
 		return StepResult{}, fmt.Errorf("train step, micro-batch %d: %w", last, err)
