@@ -11,11 +11,11 @@ import (
 
 // Role placement: a role's devices (schema: roles[i].devices) say where its weights live and
 // its steps run. A trainable role on several devices trains data-parallel (runtime's
-// Trainer.SetDevices); its forward-only passes (producers) and a frozen role run on one device.
+// Trainer.SetDevices) and runs its forward-only passes (producers) on its first device; a
+// frozen role on several devices splits its forward passes' rows among them.
 
-// placementProblems are the placement checks that need no backend: distinct devices, one
-// device for a frozen role, device 0 for a velocity-model role, rollout_device on the role
-// the sampler uses.
+// placementProblems are the placement checks that need no backend: distinct devices, device
+// 0 for a velocity-model role, rollout_device on the role the sampler uses.
 func placementProblems(r *schema.Recipe, g *Graph) []Problem {
 	var probs []Problem
 	for i, role := range r.Roles {
@@ -43,14 +43,6 @@ func placementProblems(r *schema.Recipe, g *Graph) []Problem {
 		if role.Offload && isVelocityRole(g, role.Name) {
 			probs = append(probs, Problem{Path: fmt.Sprintf("roles[%d].offload", i), Msg: fmt.Sprintf(
 				"role %q (specialization %s) is a velocity model, which stx does not offload", role.Name, role.Specialization)})
-		}
-		if len(devs) <= 1 {
-			continue
-		}
-		switch {
-		case !role.Trainable:
-			probs = append(probs, Problem{Path: path, Msg: fmt.Sprintf(
-				"role %q is frozen: it runs forward-only on one device; list one device (data-parallel placement is for trainable roles)", role.Name)})
 		}
 	}
 	return probs
@@ -131,11 +123,17 @@ func placeRole(b *runtime.Backend, r *role) error {
 			return fmt.Errorf("role %q: %w", name, err)
 		}
 	}
+	fwd := devs
+	if r.trainer != nil {
+		// The trainer's SPMD graphs fix the variables' sharding to its own mesh; forward
+		// passes over the same variables stay on one device.
+		fwd = devs[:1]
+	}
 	for _, p := range []*specializations.Producer{r.self, r.ref} {
 		if p == nil {
 			continue
 		}
-		if err := p.SetDevice(b, devs[0]); err != nil {
+		if err := p.SetDevices(b, fwd); err != nil {
 			return fmt.Errorf("role %q: %w", name, err)
 		}
 	}

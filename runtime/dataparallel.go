@@ -262,19 +262,126 @@ func rowRange(t *tensors.Tensor, lo, hi int) (*tensors.Tensor, error) {
 	return share, err
 }
 
-// SetDevice places a forward-only executor on device d of backend; it must be called before
-// the first Run.
-func (e *NamedExec) SetDevice(backend backends.Backend, d int) error {
+// SetDevices places a forward-only executor on devices of backend; it must be called before
+// the first Run. On several devices each Run splits the batch's rows among them (SPMD, the
+// weights replicated), a device short of rows repeating its last real row, and gathers the
+// outputs' rows back in order; every output must have the batch's rows as its first axis.
+func (e *NamedExec) SetDevices(backend backends.Backend, devices []int) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.keys != nil {
-		return fmt.Errorf("%s: the device must be set before the first run", e.label)
+		return fmt.Errorf("%s: devices must be set before the first run", e.label)
 	}
-	if err := CheckDevices([]int{d}, backend.NumDevices()); err != nil {
-		return fmt.Errorf("%s: %w", e.label, err)
+	if err := CheckDevices(devices, backend.NumDevices()); err != nil {
+		return fmt.Errorf("%s placement %v: %w", e.label, devices, err)
 	}
-	if d != 0 {
-		e.exec.WithDeviceAssignment([]backends.DeviceNum{backends.DeviceNum(d)})
+	nums := make([]backends.DeviceNum, len(devices))
+	for i, d := range devices {
+		nums[i] = backends.DeviceNum(d)
+	}
+	switch {
+	case len(devices) > 1:
+		mesh, err := distributed.NewDeviceMesh([]int{len(devices)}, []string{DataAxis})
+		if err != nil {
+			return fmt.Errorf("%s placement %v: %w", e.label, devices, err)
+		}
+		e.exec.SPMD(mesh).WithDeviceAssignment(nums)
+		e.devices = len(devices)
+	case devices[0] != 0:
+		e.exec.WithDeviceAssignment(nums)
 	}
 	return nil
+}
+
+// execute runs the executor on args (in e.keys order), split among its devices if it has
+// several.
+func (e *NamedExec) execute(args []any) ([]*tensors.Tensor, error) {
+	n := e.devices
+	if n <= 1 {
+		return e.exec.Exec(args...)
+	}
+	rows, err := batchRows(e.keys, args)
+	if err != nil {
+		return nil, err
+	}
+	if rows <= 0 {
+		return nil, fmt.Errorf("data-parallel split: the batch has no rows to split")
+	}
+	per := (rows + n - 1) / n
+	var all []any
+	for d := range n {
+		idx := make([]int, per)
+		for i := range idx {
+			idx[i] = min(d*per+i, rows-1)
+		}
+		for _, a := range args {
+			x, err := gatherRows(a.(*tensors.Tensor), idx)
+			if err != nil {
+				return nil, fmt.Errorf("data-parallel split: %w", err)
+			}
+			all = append(all, x)
+		}
+	}
+	outs, err := e.exec.Exec(all...)
+	if err != nil {
+		return nil, err
+	}
+	k := len(outs) / n
+	res := make([]*tensors.Tensor, k)
+	for j := range k {
+		parts := make([]*tensors.Tensor, n)
+		for d := range n {
+			parts[d] = outs[d*k+j]
+		}
+		if res[j], err = concatRows(parts, rows); err != nil {
+			return nil, fmt.Errorf("data-parallel output #%d: %w", j, err)
+		}
+	}
+	return res, nil
+}
+
+// gatherRows returns a copy of t's rows idx (or of t itself if it is a scalar).
+func gatherRows(t *tensors.Tensor, idx []int) (*tensors.Tensor, error) {
+	if t.Rank() == 0 {
+		return t.LocalClone()
+	}
+	dims := slices.Clone(t.Shape().Dimensions)
+	rows := dims[0]
+	dims[0] = len(idx)
+	out := tensors.FromShape(shapes.Make(t.DType(), dims...))
+	var inner error
+	err := t.ConstBytes(func(src []byte) {
+		row := len(src) / rows
+		inner = out.MutableBytes(func(dst []byte) {
+			for i, r := range idx {
+				copy(dst[i*row:(i+1)*row], src[r*row:(r+1)*row])
+			}
+		})
+	})
+	return out, firstErr(err, inner)
+}
+
+// concatRows stacks the devices' outputs along the first axis and keeps the first rows.
+func concatRows(parts []*tensors.Tensor, rows int) (*tensors.Tensor, error) {
+	p := parts[0]
+	if p.Rank() == 0 {
+		return nil, fmt.Errorf("a scalar output (shape %s) has no rows to gather", p.Shape())
+	}
+	dims := slices.Clone(p.Shape().Dimensions)
+	per := dims[0]
+	dims[0] = rows
+	out := tensors.FromShape(shapes.Make(p.DType(), dims...))
+	var errs []error
+	err := out.MutableBytes(func(dst []byte) {
+		row := len(dst) / rows
+		for d, part := range parts {
+			lo := d * per
+			if lo >= rows {
+				break
+			}
+			n := min(per, rows-lo)
+			errs = append(errs, part.ConstBytes(func(src []byte) { copy(dst[lo*row:(lo+n)*row], src[:n*row]) }))
+		}
+	})
+	return out, firstErr(append(errs, err)...)
 }

@@ -157,3 +157,55 @@ func TestDataParallelErrors(t *testing.T) {
 		t.Errorf("a batch tensor of 2 rows among 4: %v", err)
 	}
 }
+
+// TestEvaluatorOnDevices: a forward pass split among 3 devices (5 rows: 2, 2 and 1 real row
+// plus a repeated one) returns every row's outputs in order, as on one device.
+func TestEvaluatorOnDevices(t *testing.T) {
+	b, err := NewBackend("cpu:devices=3")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := NewModel(smallGQA(), 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fn := func(ctx *context.Context, m *Model, batch map[string]*Node) map[string]*Node {
+		lp := m.TokenLogProbs(ctx, batch["tokens"], batch["targets"])
+		return map[string]*Node{"log_probs": lp, "seq_logp": ReduceSum(Mul(lp, batch["mask"]), -1)}
+	}
+	one, err := NewEvaluator(b, m, fn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	three, err := NewEvaluator(b, m, fn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := three.SetDevices(b, []int{2, 0, 1}); err != nil {
+		t.Fatal(err)
+	}
+	mb := sftBatch(rand.New(rand.NewPCG(7, 7)), m.Config, 5, 12)
+	want, err := one.Run(mb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := three.Run(mb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, w := range want {
+		g := got[k]
+		if !g.Shape().Equal(w.Shape()) {
+			t.Fatalf("%s: shape %s, want %s", k, g.Shape(), w.Shape())
+		}
+		a, c := tensors.MustCopyFlatData[float32](w), tensors.MustCopyFlatData[float32](g)
+		for i := range a {
+			if math.Abs(float64(a[i]-c[i])) > 1e-5 {
+				t.Fatalf("%s[%d]: %v on 3 devices, %v on one", k, i, c[i], a[i])
+			}
+		}
+	}
+	if err := three.SetDevices(b, []int{0}); err == nil {
+		t.Error("SetDevices after a run succeeded")
+	}
+}

@@ -2,8 +2,8 @@ package specializations
 
 import "stx.dev/stx/runtime"
 
-// SetDevice places the producer's forward pass on device d of backend; it must be called
-// before the first Produce.
-func (p *Producer) SetDevice(backend *runtime.Backend, d int) error {
-	return p.eval.SetDevice(backend, d)
+// SetDevices places the producer's forward pass on devices of backend (its rows split among
+// them when several); it must be called before the first Produce.
+func (p *Producer) SetDevices(backend *runtime.Backend, devices []int) error {
+	return p.eval.SetDevices(backend, devices)
 }
