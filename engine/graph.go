@@ -214,6 +214,7 @@ func BuildGraph(r *schema.Recipe) (*Graph, []Problem) {
 	}
 
 	probs = append(probs, tokenBounds(g)...)
+	probs = append(probs, placementProblems(r, g)...)
 
 	// Pools, in recipe order.
 	for _, role := range r.Roles {

@@ -186,6 +186,9 @@ func buildRoles(b *runtime.Backend, g *Graph, total int, from *resumeFrom, start
 		} else {
 			m.SetTrainable(false)
 		}
+		if err := placeRole(b, r); err != nil {
+			return nil, err
+		}
 		roles = append(roles, r)
 	}
 	return roles, nil

@@ -149,6 +149,7 @@ type loop struct {
 	unit    int // rows that stay together when reshuffling (2 for pairs)
 	nTrain  int // examples in the train split (total_epochs)
 	gen     *rolloutGen
+	push    *runtime.RolloutCopy // the sampler's copy of the rollout role's weights, if on its own device (placement.go)
 	eval    *evaluator
 	train   *trainer
 	ckpt    *checkpointer
@@ -280,7 +281,7 @@ func newLoop(rec *schema.Recipe, opts RunOptions, from *resumeFrom) (*loop, erro
 	if err != nil {
 		return nil, err
 	}
-	sampler, err := runtime.NewSampler(l.backend, rollout.model)
+	sampler, err := l.rolloutSampler(rollout)
 	if err != nil {
 		return nil, fmt.Errorf("sampler: %w", err)
 	}
@@ -598,7 +599,9 @@ func (l *loop) rollout(id int) error {
 		}
 	}
 	t := time.Now()
-	l.train.updateWeights()
+	if err := l.updateWeights(); err != nil {
+		return err
+	}
 	tUpd := time.Since(t)
 	l.res.Phases["update_weights"] += tUpd
 	var val map[string]float64

@@ -170,12 +170,6 @@ func (tr *trainer) step(id, pass int, d *rollout.Rollout) (trained, error) {
 	return trained{records: recs, sync: tSync, train: tTrain, tokens: ntok * nTrained}, nil
 }
 
-// updateWeights pushes the weights of sync_to_rollout roles to the rollout
-// sampler. The embedded sampler reads its model's variables at every
-// Generate call, so there is nothing to copy; the phase is still timed so
-// that an external rollout backend slots in here.
-func (tr *trainer) updateWeights() {}
-
 func nonFinite(res runtime.StepResult) string {
 	bad := func(v float64) bool { return math.IsNaN(v) || math.IsInf(v, 0) }
 	switch {

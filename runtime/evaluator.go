@@ -36,6 +36,8 @@ type NamedExec struct {
 	keys  []string
 	names []string
 	exec  *context.Exec
+	// devices > 1: Run splits the batch's rows among them (dataparallel.go).
+	devices int
 }
 
 // NewNamedExec compiles fn over the variables of ctx on backend; label prefixes errors.
@@ -82,7 +84,7 @@ func (e *NamedExec) Run(batch map[string]*tensors.Tensor) (map[string]*tensors.T
 	for i, k := range keys {
 		args[i] = batch[k]
 	}
-	out, err := e.exec.Exec(args...)
+	out, err := e.execute(args)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", e.label, err)
 	}

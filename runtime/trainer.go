@@ -53,6 +53,7 @@ type Trainer struct {
 	// accumulate adds a micro-batch's gradients into the accumulators; applyFresh and
 	// applyAccumulated finish a step from the last micro-batch, without and with accumulators.
 	accumulate, applyFresh, applyAccumulated *context.Exec
+	dp                                       *dataParallel // nil on one device; see dataparallel.go
 }
 
 // optimizerScope is where the trainer keeps its state variables, under the model's scope.
@@ -156,7 +157,8 @@ func (t *Trainer) lossAndGrads(ctx *context.Context, batchNodes []*Node) (loss *
 	for i, v := range t.trainVar {
 		params[i] = v.ValueGraph(g)
 	}
-	return loss, metrics, Gradient(loss, params...)
+	// One device: the gradients; several: also weighted and all-reduced (dataparallel.go).
+	return t.dp.reduce(t.metrics, loss, metrics, params, batchNodes[len(t.keys):])
 }
 
 func (t *Trainer) accumulateGraph(ctx *context.Context, batchNodes []*Node) []*Node {
@@ -203,6 +205,9 @@ func (t *Trainer) Step(microBatches []map[string]*tensors.Tensor) (StepResult, e
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	args, err := MicroBatchArgs(&t.keys, microBatches)
+	if err == nil {
+		args, err = t.deviceParts(args) // one device: unchanged (dataparallel.go)
+	}
 	if err != nil {
 		return StepResult{}, fmt.Errorf("train step: %w", err)
 	}
@@ -215,7 +220,7 @@ func (t *Trainer) Step(microBatches []map[string]*tensors.Tensor) (StepResult, e
 		}
 		seen = true
 	}
-	last := len(microBatches) - 1
+	last := len(args) - 1
 	for i := range last {
 		out, err := t.accumulate.Exec(args[i]...)
 		if err != nil {
@@ -230,7 +235,7 @@ func (t *Trainer) Step(microBatches []map[string]*tensors.Tensor) (StepResult, e
 		exec = t.applyAccumulated
 	}
 	in := []any{float32(res.LR), float32(bc1), float32(bc2)}
-	out, err := exec.Exec(append(in, args[last]...)...)
+	out, err := exec.Exec(t.withPrefix(in, args[last])...)
 	if err != nil {
 		t.resetAccumulators()
 		return StepResult{}, fmt.Errorf("train step, micro-batch %d: %w", last, err)

@@ -23,6 +23,9 @@ type Role struct {
 	SyncToRollout  bool           `json:"sync_to_rollout"`
 	Pool           string         `json:"pool"`
 	Model          Model          `json:"model"`
+	Devices        []int          `json:"devices,omitempty"`
+	RolloutDevice  *int           `json:"rollout_device,omitempty"`
+	Offload        bool           `json:"offload,omitempty"`
 	Init           map[string]any `json:"init"`
 }
 

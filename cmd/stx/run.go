@@ -60,6 +60,9 @@ Examples:
 			if err != nil {
 				return err
 			}
+			if err := checkPlacement(c, cat); err != nil {
+				return err
+			}
 			ctx, stop := stopOnSignals(c.App.ErrWriter)
 			defer stop.stop()
 			out := &stopOnBrokenPipe{w: c.App.Writer, stop: stop.request}

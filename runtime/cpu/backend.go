@@ -3,7 +3,6 @@ package cpu
 import (
 	"fmt"
 	"runtime"
-	"strings"
 	"sync/atomic"
 
 	"github.com/gomlx/gomlx/backends"
@@ -23,17 +22,19 @@ func init() {
 type Backend struct {
 	pool      bufferPool
 	finalized atomic.Bool
+	devices   int // virtual devices (config "devices=N"); see devices.go
 }
 
 var _ backends.Backend = (*Backend)(nil)
 
-// New creates a cpu backend. The config string takes no options: anything but "" is an error,
-// so a typo is not silently ignored.
+// New creates a cpu backend. The config string takes one option, "devices=N" (see devices.go);
+// anything else is an error, so a typo is not silently ignored.
 func New(config string) (backends.Backend, error) {
-	if cfg := strings.TrimSpace(config); cfg != "" {
-		return nil, fmt.Errorf("cpu backend: unknown configuration %q (the cpu backend takes no options)", cfg)
+	devices, err := parseConfig(config)
+	if err != nil {
+		return nil, err
 	}
-	return &Backend{}, nil
+	return &Backend{devices: devices}, nil
 }
 
 // Name returns "cpu".
@@ -47,8 +48,8 @@ func (b *Backend) Description() string {
 	return fmt.Sprintf("stx cpu backend (GEMM: %s; %d cores)", blas.Name(), runtime.GOMAXPROCS(0))
 }
 
-// NumDevices returns 1.
-func (b *Backend) NumDevices() int { return 1 }
+// NumDevices returns the number of virtual devices (1 unless configured with "devices=N").
+func (b *Backend) NumDevices() int { return max(1, b.devices) }
 
 // DeviceDescription describes the single device.
 func (b *Backend) DeviceDescription(deviceNum backends.DeviceNum) string {

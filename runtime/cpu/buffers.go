@@ -19,6 +19,7 @@ type Buffer struct {
 	// write their slice, so they are never donated nor written in place.
 	shared atomic.Bool // atomic: BufferData may mark a buffer that a running execution reads
 	valid  bool
+	device backends.DeviceNum // the virtual device the buffer belongs to (devices.go)
 }
 
 // poolKey identifies interchangeable flat slices: same element type, same length.
@@ -187,12 +188,13 @@ func (b *Backend) BufferShape(buffer backends.Buffer) (shapes.Shape, error) {
 	return buf.shape, nil
 }
 
-// BufferDeviceNum returns 0: the backend has one device.
+// BufferDeviceNum returns the virtual device the buffer belongs to.
 func (b *Backend) BufferDeviceNum(buffer backends.Buffer) (backends.DeviceNum, error) {
-	if _, err := b.checkBuffer(buffer); err != nil {
+	buf, err := b.checkBuffer(buffer)
+	if err != nil {
 		return 0, fmt.Errorf("BufferDeviceNum: %w", err)
 	}
-	return 0, nil
+	return buf.device, nil
 }
 
 // BufferToFlatData copies the buffer's values into flat, a slice of the buffer's element type
@@ -211,8 +213,8 @@ func (b *Backend) BufferToFlatData(buffer backends.Buffer, flat any) error {
 
 // BufferFromFlatData copies flat into a new buffer of the shape.
 func (b *Backend) BufferFromFlatData(deviceNum backends.DeviceNum, flat any, shape shapes.Shape) (backends.Buffer, error) {
-	if deviceNum != 0 {
-		return nil, fmt.Errorf("BufferFromFlatData: cpu backend has one device, got device %d", deviceNum)
+	if err := b.checkDevice(deviceNum); err != nil {
+		return nil, fmt.Errorf("BufferFromFlatData: %w", err)
 	}
 	if !dtypeSupported(shape.DType) {
 		return nil, fmt.Errorf("BufferFromFlatData: dtype %s not supported by the cpu backend", shape.DType)
@@ -221,6 +223,7 @@ func (b *Backend) BufferFromFlatData(deviceNum backends.DeviceNum, flat any, sha
 		return nil, fmt.Errorf("BufferFromFlatData: %w", err)
 	}
 	buf := b.pool.newBuffer(shape)
+	buf.device = deviceNum
 	copyFlat(buf.flat, flat)
 	return buf, nil
 }
@@ -265,14 +268,14 @@ func (b *Backend) HasSharedBuffers() bool { return true }
 // NewSharedBuffer returns a buffer of the shape and its flat slice, which the caller may read
 // and write until it finalizes the buffer. The values are not initialised (GoMLX fills them).
 func (b *Backend) NewSharedBuffer(deviceNum backends.DeviceNum, shape shapes.Shape) (backends.Buffer, any, error) {
-	if deviceNum != 0 {
-		return nil, nil, fmt.Errorf("NewSharedBuffer: cpu backend has one device, got device %d", deviceNum)
+	if err := b.checkDevice(deviceNum); err != nil {
+		return nil, nil, fmt.Errorf("NewSharedBuffer: %w", err)
 	}
 	if !dtypeSupported(shape.DType) {
 		return nil, nil, fmt.Errorf("NewSharedBuffer: dtype %s not supported by the cpu backend", shape.DType)
 	}
 	flat := b.pool.get(shape.DType, shape.Size())
-	buf := &Buffer{shape: shape, flat: flat, valid: true}
+	buf := &Buffer{shape: shape, flat: flat, valid: true, device: deviceNum}
 	buf.shared.Store(true)
 	return buf, flat, nil
 }
@@ -288,7 +291,7 @@ func (b *Backend) BufferData(buffer backends.Buffer) (any, error) {
 	return buf.flat, nil
 }
 
-// BufferCopyToDevice fails: there is a single device.
+// BufferCopyToDevice copies the buffer to another virtual device.
 func (b *Backend) BufferCopyToDevice(source backends.Buffer, deviceNum backends.DeviceNum) (backends.Buffer, error) {
-	return nil, fmt.Errorf("BufferCopyToDevice: cpu backend has a single device (asked for %d)", deviceNum)
+	return b.copyToDevice(source, deviceNum)
 }

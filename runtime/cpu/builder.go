@@ -26,6 +26,7 @@ type Builder struct {
 	nodes    []*node
 	params   []*node
 	compiled bool
+	dist     distribution // SPMD replicas and device assignment, see devices.go
 }
 
 var _ backends.Builder = (*Builder)(nil)
@@ -92,20 +93,12 @@ func (b *Builder) OpShape(op backends.Op) (shapes.Shape, error) {
 	return nodes[0].shape, nil
 }
 
-// DistributedSPMD fails unless numDevices is 1: the backend has a single device.
-func (b *Builder) DistributedSPMD(numDevices int) error {
-	if numDevices != 1 {
-		return fmt.Errorf("cpu backend: DistributedSPMD(%d): a single device only", numDevices)
-	}
-	return nil
-}
+// DistributedSPMD makes the computation run as numDevices replicas (devices.go).
+func (b *Builder) DistributedSPMD(numDevices int) error { return b.setSPMD(numDevices) }
 
-// DeviceAssignment accepts only device 0.
+// DeviceAssignment fixes the virtual devices the computation runs on (devices.go).
 func (b *Builder) DeviceAssignment(devices ...backends.DeviceNum) error {
-	if len(devices) != 1 || devices[0] != 0 {
-		return fmt.Errorf("cpu backend: device assignment %v: a single device (0) only", devices)
-	}
-	return nil
+	return b.setDeviceAssignment(devices)
 }
 
 // Parameter declares the next input of the computation.
@@ -113,7 +106,9 @@ func (b *Builder) Parameter(name string, shape shapes.Shape, sharding *backends.
 	if b.compiled {
 		return nil, fmt.Errorf("Parameter: builder %q was already compiled", b.name)
 	}
-	if sharding != nil {
+	if sharding != nil && b.dist.replicas <= 1 {
+		// Under SPMD each replica gets its own shard as this parameter: the spec only says how
+		// the caller split the value, which the program need not know.
 		return nil, fmt.Errorf("Parameter %q: sharding is not supported by the cpu backend", name)
 	}
 	if err := checkDType("Parameter", shape.DType); err != nil {

@@ -44,13 +44,14 @@ type Executable struct {
 	consts    []*node
 	isConst   []bool
 	constBufs []*Buffer
+	dist      distribution // replicas and devices (devices.go)
 }
 
 var _ backends.Executable = (*Executable)(nil)
 
 // Compile turns the graph built so far into an Executable computing outputs.
 func (b *Builder) Compile(outputs []backends.Op, shardings []*backends.ShardingSpec) (backends.Executable, error) {
-	if len(shardings) != 0 {
+	if len(shardings) != 0 && b.dist.replicas <= 1 {
 		return nil, fmt.Errorf("cpu backend Compile: sharding is not supported")
 	}
 	outNodes, err := b.checkOps("Compile", outputs...)
@@ -58,7 +59,7 @@ func (b *Builder) Compile(outputs []backends.Op, shardings []*backends.ShardingS
 		return nil, err
 	}
 	b.compiled = true
-	e := &Executable{backend: b.backend, name: b.name, numIdx: len(b.nodes), params: b.params, outputs: outNodes}
+	e := &Executable{backend: b.backend, name: b.name, numIdx: len(b.nodes), params: b.params, outputs: outNodes, dist: b.dist}
 
 	// Nodes needed by the outputs; builder order is already topological.
 	needed := make([]bool, len(b.nodes))
@@ -149,12 +150,13 @@ func (e *Executable) Outputs() []shapes.Shape {
 
 // execution is the state of one Execute call.
 type execution struct {
-	pool *bufferPool
+	pool    *bufferPool
+	replica replica // this program's place among SPMD replicas (collective.go)
 }
 
-// Execute runs the program on inputs; donated inputs become invalid and their storage may be
-// reused.
-func (e *Executable) Execute(inputs []backends.Buffer, donate []bool, _ backends.DeviceNum) (outs []backends.Buffer, err error) {
+// execute runs the program once, as replica rep, on inputs; donated inputs become invalid and
+// their storage may be reused. Execute (devices.go) calls it once per device.
+func (e *Executable) execute(inputs []backends.Buffer, donate []bool, rep replica) (outs []backends.Buffer, err error) {
 	if len(inputs) != len(e.params) {
 		return nil, fmt.Errorf("cpu backend Execute %q: %d inputs given, %d expected", e.name, len(inputs), len(e.params))
 	}
@@ -175,7 +177,7 @@ func (e *Executable) Execute(inputs []backends.Buffer, donate []bool, _ backends
 	for i, c := range e.consts {
 		vals[c.idx] = e.constBufs[i]
 	}
-	r := &execution{pool: &e.backend.pool}
+	r := &execution{pool: &e.backend.pool, replica: rep}
 	defer func() {
 		// Kernels panic on conditions Go checks (integer division by zero, bad indices):
 		// report them as errors of this execution.
