@@ -138,8 +138,9 @@ func Run(ctx context.Context, cat *schema.Catalog, name string, opts RunOptions)
 }
 
 // loop is one run in progress: the outer loop over rollouts and what it
-// keeps between them (the data position, the sampling RNG, the step count).
-// The work of each phase is its collaborators': gen generates the data,
+// keeps between them (the step count, the run's result).
+// The work of each phase is its collaborators': gen generates the data
+// (and keeps the data position and the sampling RNG),
 // train takes the optimizer steps, ckpt writes and restores checkpoints,
 // reloads applies recipe edits at rollout boundaries.
 type loop struct {
