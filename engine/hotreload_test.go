@@ -568,7 +568,7 @@ func TestHotKnobsReachSamplerAndSpecialization(t *testing.T) {
 	if r.trainer, err = runtime.NewTrainer(l.backend, r.model, counted, cfg); err != nil {
 		t.Fatal(err)
 	}
-	b, err := l.gen.generate(0, 1)
+	b, err := l.gen.rolloutGen.generate(0, 1)
 	if err != nil {
 		t.Fatal(err)
 	}

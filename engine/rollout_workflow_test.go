@@ -72,7 +72,7 @@ func TestWorkflowRowsBroadcast(t *testing.T) {
 		}
 	}
 
-	cfg := estimators.DefaultConfig()
+	cfg := estimators.Config{Name: estimators.GRPO, NormByStd: true, Epsilon: estimators.DefaultEpsilon}
 	if _, err := estimators.RolloutAdvantages(d, cfg); err != nil {
 		t.Fatal(err)
 	}

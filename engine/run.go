@@ -138,8 +138,9 @@ func Run(ctx context.Context, cat *schema.Catalog, name string, opts RunOptions)
 }
 
 // loop is one run in progress: the outer loop over rollouts and what it
-// keeps between them (the data position, the sampling RNG, the step count).
-// The work of each phase is its collaborators': gen generates the data,
+// keeps between them (the step count, the run's result).
+// The work of each phase is its collaborators': gen generates the data
+// (and keeps the data position and the sampling RNG),
 // train takes the optimizer steps, ckpt writes and restores checkpoints,
 // reloads applies recipe edits at rollout boundaries.
 type loop struct {
@@ -148,13 +149,12 @@ type loop struct {
 	kind    specializations.DataKind
 	unit    int // rows that stay together when reshuffling (2 for pairs)
 	nTrain  int // examples in the train split (total_epochs)
-	gen     *rolloutGen
+	gen     *generator
 	push    *runtime.RolloutCopy // the sampler's copy of the rollout role's weights, if on its own device (placement.go)
 	eval    *evaluator
 	train   *trainer
 	ckpt    *checkpointer
 	reloads *hotReload
-	rng     *rand.PCG // draws each rollout's sampling seed
 	state   loopState
 	res     Result
 	last    map[string]float64 // the last rollout's final metrics record (console)
@@ -269,10 +269,9 @@ func newLoop(rec *schema.Recipe, opts RunOptions, from *resumeFrom) (*loop, erro
 		return nil, fmt.Errorf("task %s has no training examples", rec.Task.Name)
 	}
 	if rollout.flow != nil {
-		l.gen = &rolloutGen{rec: rec, kind: kind, role: l.primary.name(), feed: &feeder{train: train, seed: uint64(k.Seed)},
-			reward: reward, flow: rollout.flow, strategy: chooseStrategy(l.primary.node.Contract, k, estimators.Needs{})}
-		l.eval = &evaluator{gen: l.gen, task: task}
-		l.rng = rand.NewPCG(uint64(k.Seed), 0x5a3b1e)
+		l.gen = l.newGenerator(&rolloutGen{rec: rec, kind: kind, role: l.primary.name(), feed: &feeder{train: train, seed: uint64(k.Seed)},
+			reward: reward, flow: rollout.flow, strategy: chooseStrategy(l.primary.node.Contract, k, estimators.Needs{})})
+		l.eval = &evaluator{gen: l.gen.rolloutGen, task: task}
 		l.wire(g)
 		built = true
 		return l, nil
@@ -289,9 +288,9 @@ func newLoop(rec *schema.Recipe, opts RunOptions, from *resumeFrom) (*loop, erro
 	if err != nil {
 		return nil, fmt.Errorf("role %q: %w", rollout.name(), err)
 	}
-	l.gen = &rolloutGen{rec: rec, kind: kind, role: l.primary.name(), feed: &feeder{train: train, seed: uint64(k.Seed)},
+	l.gen = l.newGenerator(&rolloutGen{rec: rec, kind: kind, role: l.primary.name(), feed: &feeder{train: train, seed: uint64(k.Seed)},
 		enc: encoder{tok: tok, maxPrompt: k.MaxPromptTokens, templated: templated}, reward: reward, sampler: sampler, tok: tok,
-		render: render}
+		render: render})
 	if err := l.gen.renderPrompts(train); err != nil {
 		return nil, fmt.Errorf("task %s: %w", rec.Task.Name, err)
 	}
@@ -310,7 +309,7 @@ func newLoop(rec *schema.Recipe, opts RunOptions, from *resumeFrom) (*loop, erro
 			l.gen.workflow.render = tr.workflowRenderer()
 		}
 	}
-	if l.eval, err = newEvaluator(l.gen, task); err != nil {
+	if l.eval, err = newEvaluator(l.gen.rolloutGen, task); err != nil {
 		return nil, err
 	}
 	if t := rollout.node.Role.InitString("teacher"); t != "" && l.byName[t] != nil && l.byName[t].model != nil {
@@ -318,8 +317,7 @@ func newLoop(rec *schema.Recipe, opts RunOptions, from *resumeFrom) (*loop, erro
 			return nil, err
 		}
 	}
-	l.rng = rand.NewPCG(uint64(k.Seed), 0x5a3b1e)
-	l.gen.retried = l.logRetry
+	l.gen.retried = l.gen.logRetry
 	if opts.hooks != nil {
 		l.gen.fault = opts.hooks.rolloutFault
 	}
@@ -331,17 +329,8 @@ func newLoop(rec *schema.Recipe, opts RunOptions, from *resumeFrom) (*loop, erro
 // wire builds the loop's collaborators over what newLoop made.
 func (l *loop) wire(g *Graph) {
 	l.train = &trainer{env: l.env, roleSet: l.roleSet, g: g, state: &l.state, rowsPerStep: l.rowsPerStep}
-	l.ckpt = &checkpointer{env: l.env, roleSet: l.roleSet, state: &l.state, rng: l.rng, feed: l.gen.feed}
-	l.reloads = &hotReload{env: l.env, roleSet: l.roleSet, gen: l.gen, steps: l.scheduleSteps}
-}
-
-// logRetry records a retried generation in events.jsonl and on the console.
-func (l *loop) logRetry(id, attempt int, err error) error {
-	retries := l.rec.Knobs.RolloutRetries
-	l.con.printf("rollout %d: generation failed (%v); retry %d of %d\n", id+1, err, attempt, retries)
-	l.con.event("rollout_retry", map[string]any{"rollout": id, "attempt": attempt, "error": err.Error()})
-	return l.dir.LogEvent(rundir.Event{Type: rundir.EventRolloutRetry, Rollout: id, Message: err.Error(),
-		Metrics: map[string]float64{"attempt": float64(attempt)}})
+	l.ckpt = &checkpointer{env: l.env, roleSet: l.roleSet, state: &l.state, rng: l.gen.rng, feed: l.gen.feed}
+	l.reloads = &hotReload{env: l.env, roleSet: l.roleSet, gen: l.gen.rolloutGen, steps: l.scheduleSteps}
 }
 
 // expectedRows is the number of rows a rollout holds before rejection.
@@ -577,13 +566,13 @@ func (l *loop) rollout(id int) error {
 	k := l.rec.Knobs
 	t0 := time.Now()
 	l.rowAdv = nil
-	b, err := l.generate(id)
+	b, err := l.gen.generate(id)
 	if err != nil {
 		return err
 	}
 	tGen := time.Since(t0)
 	l.res.Phases["generate"] += tGen
-	base := l.rolloutMetrics(id, b)
+	base := l.gen.rolloutMetrics(id, b)
 	var tp trained
 	if b.data.Len() == 0 {
 		err = l.skip(id, b)
@@ -632,41 +621,6 @@ func perfMetrics(genTokens int, tGen time.Duration, tp trained, tUpd, elapsed ti
 		perf["perf/train_tokens_per_s"] = float64(tp.tokens) / tp.train.Seconds()
 	}
 	return perf
-}
-
-// generate draws rollout id's data with a seed from the loop's RNG; with
-// task.reward_role, that role scores it instead of the task's reward functions.
-func (l *loop) generate(id int) (*batch, error) {
-	seed := l.rng.Uint64()
-	b, err := l.gen.generate(id, seed)
-	if err != nil {
-		return nil, err
-	}
-	if name := l.rec.Task.RewardRole; name != "" && b.data.Len() > 0 {
-		rr := l.byName[name]
-		if rr == nil || rr.self == nil {
-			return nil, fmt.Errorf("task.reward_role %q is not a role that produces rewards", name)
-		}
-		if err := produceInto(rr.self, b.data, l.batchOptions(rr, id), []string{rollout.KeyRewards}, []string{rollout.KeyRewards}); err != nil {
-			return nil, fmt.Errorf("reward role %q: %w", name, err)
-		}
-	}
-	return b, nil
-}
-
-// rolloutMetrics are the metrics of rollout id's data that every record of
-// its steps carries.
-func (l *loop) rolloutMetrics(id int, b *batch) map[string]float64 {
-	base := map[string]float64{"rollout": float64(id), "epoch": l.gen.feed.epoch()}
-	for name, v := range b.metrics {
-		base[name] = v
-	}
-	if b.wf == nil && (l.gen.kind == specializations.DataRL || l.gen.kind == specializations.DataImitation || l.gen.kind == specializations.DataFlowRL) {
-		for name, v := range rewardMetrics(b.data) {
-			base[name] = v
-		}
-	}
-	return base
 }
 
 // skip records that rollout id has no data to train on: dynamic sampling

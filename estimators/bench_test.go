@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"testing"
+
+	"stx.dev/stx/rollout"
 )
 
 // Benchmarks over a realistic advantage batch: 4,096 groups × 16 samples, binary-ish rewards.
@@ -36,7 +38,7 @@ func BenchmarkEstimators(b *testing.B) {
 	baselines := benchRewards()
 	for _, name := range []string{GRPO, DrGRPO, Reinforce, ReinforcePPBaseline, RLOO, ReMax} {
 		b.Run(name, func(b *testing.B) {
-			cfg := DefaultConfig()
+			cfg := defaultConfig()
 			cfg.Name = name
 			in := Input{Rewards: rewards, Baselines: baselines}
 			for b.Loop() {
@@ -64,7 +66,7 @@ func BenchmarkGAE(b *testing.B) {
 		r[T-1] = 1
 		in.Mask, in.TokenRewards, in.Values = append(in.Mask, m), append(in.TokenRewards, r), append(in.Values, v)
 	}
-	cfg := DefaultConfig()
+	cfg := defaultConfig()
 	cfg.Name, cfg.Lambda = GAE, 0.95
 	for b.Loop() {
 		if _, err := Estimate(in, cfg); err != nil {
@@ -74,19 +76,21 @@ func BenchmarkGAE(b *testing.B) {
 	reportPerTraj(b, n)
 }
 
-// BenchmarkCollect runs the whole pipeline (GRPO, broadcast to a 2+64-token step, metrics).
-func BenchmarkCollect(b *testing.B) {
+// BenchmarkRolloutAdvantages runs GRPO over rows and broadcasts to a 2+64-token row.
+func BenchmarkRolloutAdvantages(b *testing.B) {
 	rewards := benchRewards()
-	groups := make([]Group, len(rewards))
-	for g := range groups {
-		groups[g] = Group{TaskID: fmt.Sprint(g), Role: "policy"}
-		for _, r := range rewards[g] {
-			groups[g].Trajectories = append(groups[g].Trajectories, Trajectory{Reward: r, Steps: []Step{{Tokens: make([]int32, 66), PromptLen: 2}}})
+	r := &rollout.Rollout{}
+	for g := range rewards {
+		for _, x := range rewards[g] {
+			r.Tokens = append(r.Tokens, make([]int32, 66))
+			r.PromptLen = append(r.PromptLen, 2)
+			r.Reward = append(r.Reward, x)
+			r.GroupID = append(r.GroupID, fmt.Sprint(g))
 		}
 	}
-	cfg := CollectConfig{Default: DefaultConfig()}
+	cfg := defaultConfig()
 	for b.Loop() {
-		if _, err := Collect(groups, cfg); err != nil {
+		if _, err := RolloutAdvantages(r, cfg); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -6,8 +6,9 @@ import (
 	"math"
 )
 
-// Config parameterises one advantage estimator. Start from DefaultConfig: the zero value is not
-// the default (NormByStd and Whiten default to true).
+// Config parameterises one advantage estimator. The zero value is not verl's default, which
+// has NormByStd and Whiten true, Epsilon DefaultEpsilon, WhitenEps DefaultWhitenEps and
+// Gamma = Lambda = 1.
 type Config struct {
 	// Name is the registered estimator ("grpo", "rloo", "gae", "precomputed", or a custom one).
 	Name string
@@ -25,8 +26,8 @@ type Config struct {
 	Whiten bool
 	// WhitenEps is added to the variance before its square root when whitening.
 	WhitenEps float64
-	// UsePrecomputed makes Collect use the advantages the workflow supplied on the steps of a
-	// group (when it supplied any) instead of running the estimator.
+	// UsePrecomputed carries the recipe's use_precomputed_advantage. RolloutAdvantages does not
+	// read it: the supplied advantages are used when Name is "precomputed".
 	UsePrecomputed bool
 }
 
@@ -35,21 +36,6 @@ const (
 	DefaultEpsilon   = 1e-6
 	DefaultWhitenEps = 1e-8
 )
-
-// DefaultConfig returns verl's defaults: GRPO with std normalisation, ε = 1e-6, ddof 0,
-// GAE γ = λ = 1 with whitening.
-func DefaultConfig() Config {
-	return Config{
-		Name:      "grpo",
-		NormByStd: true,
-		Epsilon:   DefaultEpsilon,
-		StdDDOF:   0,
-		Gamma:     1,
-		Lambda:    1,
-		Whiten:    true,
-		WhitenEps: DefaultWhitenEps,
-	}
-}
 
 // Check reports an out-of-range parameter. It does not check that Name is registered (Get does).
 func (c Config) Check() error {
@@ -76,20 +62,4 @@ func (c Config) Check() error {
 		return fmt.Errorf("estimator config %q: %w", c.Name, err)
 	}
 	return nil
-}
-
-// CollectConfig configures Collect: one estimator Config for every role, overridden per role.
-type CollectConfig struct {
-	// Default applies to every role without an entry in PerRole.
-	Default Config
-	// PerRole maps a role name to the estimator config of that role (rLLM's estimator map).
-	PerRole map[string]Config
-}
-
-// For returns the estimator config of role.
-func (c CollectConfig) For(role string) Config {
-	if rc, ok := c.PerRole[role]; ok {
-		return rc
-	}
-	return c.Default
 }

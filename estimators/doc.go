@@ -1,7 +1,7 @@
 // Package estimators holds the advantage estimators of stx (GRPO, Dr.GRPO, REINFORCE,
 // REINFORCE++-baseline, RLOO, ReMax, GAE and advantages a workflow supplies), their registry,
-// the role-aware reward/advantage pipeline that turns trajectory groups into per-token
-// advantages and metrics (Collect, RolloutAdvantages over a Rollout), rejection and DAPO's dynamic
+// RolloutAdvantages, which runs one role's estimator over the rows of a Rollout and writes their
+// per-token advantages (and returns), rejection and DAPO's dynamic
 // sampling, and validation metrics such as the unbiased pass@k (Chen et al., 2021). The rollout
 // data they read and write (rollout.Rollout) and its column keys live in package rollout.
 //

@@ -13,7 +13,8 @@ type Level int
 
 const (
 	// Outcome estimators read Input.Rewards (one scalar per trajectory, grouped) and fill
-	// Output.Advantages with one scalar per trajectory; Collect broadcasts it to every token.
+	// Output.Advantages with one scalar per trajectory; RolloutAdvantages broadcasts it
+	// to every trainable token.
 	Outcome Level = iota
 	// Token estimators read the per-token rows of Input and fill Output.TokenAdvantages (and
 	// optionally Output.Returns) row by row.

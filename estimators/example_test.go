@@ -4,29 +4,26 @@ import (
 	"fmt"
 
 	"stx.dev/stx/estimators"
+	"stx.dev/stx/rollout"
 )
 
-func ExampleCollect() {
-	// One prompt, four samples of one role, binary rewards; each step is 2 prompt + 2 response tokens.
-	step := estimators.Step{Tokens: []int32{11, 12, 13, 14}, PromptLen: 2}
-	var trajs []estimators.Trajectory
-	for _, r := range []float64{1, 0, 0, 1} {
-		trajs = append(trajs, estimators.Trajectory{Reward: r, IsCorrect: r == 1, Steps: []estimators.Step{step}})
+func ExampleRolloutAdvantages() {
+	// One prompt, four samples of one role, binary rewards; each row is 2 prompt + 2 response tokens.
+	r := &rollout.Rollout{PromptLen: []int{2, 2, 2, 2}, Reward: []float64{1, 0, 0, 1},
+		GroupID: []string{"q1", "q1", "q1", "q1"}}
+	for range 4 {
+		r.Tokens = append(r.Tokens, []int32{11, 12, 13, 14})
 	}
-	groups := []estimators.Group{{TaskID: "q1", Role: "policy", Trajectories: trajs}}
-
-	res, err := estimators.Collect(groups, estimators.CollectConfig{Default: estimators.DefaultConfig()})
-	if err != nil {
+	cfg := estimators.Config{Name: estimators.GRPO, NormByStd: true, Epsilon: estimators.DefaultEpsilon}
+	if _, err := estimators.RolloutAdvantages(r, cfg); err != nil {
 		fmt.Println(err)
 		return
 	}
-	fmt.Printf("%.4f\n", res.Advantages[0][0][0])
-	fmt.Printf("%.4f\n", res.Advantages[0][1][0])
-	fmt.Println(res.Metrics["reward/policy/mean"], res.Metrics["advantage/policy/fraction_zero"])
+	fmt.Printf("%.4f\n", r.Tok[rollout.KeyAdvantages][0])
+	fmt.Printf("%.4f\n", r.Tok[rollout.KeyAdvantages][1])
 	// Output:
 	// [0.0000 0.0000 1.0000 1.0000]
 	// [0.0000 0.0000 -1.0000 -1.0000]
-	// 0.5 0
 }
 
 func ExampleGet() {

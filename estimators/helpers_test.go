@@ -25,3 +25,10 @@ func (a *Accumulator) Pending() int { return len(a.kept) }
 
 // ScalarAdvantage returns a supplied advantage broadcast to every response token.
 func ScalarAdvantage(v float64) *Advantage { return &Advantage{IsScalar: true, Scalar: v} }
+
+// defaultConfig returns verl's defaults: GRPO with std normalisation, ε = 1e-6, ddof 0,
+// GAE γ = λ = 1 with whitening.
+func defaultConfig() Config {
+	return Config{Name: GRPO, NormByStd: true, Epsilon: DefaultEpsilon, Gamma: 1, Lambda: 1,
+		Whiten: true, WhitenEps: DefaultWhitenEps}
+}

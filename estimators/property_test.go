@@ -1,11 +1,14 @@
 package estimators
 
 import (
+	"fmt"
 	"math"
 	"math/rand"
 	"reflect"
 	"testing"
 	"testing/quick"
+
+	"stx.dev/stx/rollout"
 )
 
 // moderateGroup is a non-uniform reward group at a moderate scale (1e-3 … 1e3), where a naive
@@ -229,41 +232,31 @@ func mustWhiten(x [][]float64) [][]float64 {
 	return out
 }
 
-// Collect narrows advantages to float32; huge advantages must saturate, not become ±Inf.
-func TestPropertyCollectFiniteFloat32(t *testing.T) {
+// RolloutAdvantages narrows advantages to float32; huge advantages must saturate, not become ±Inf.
+func TestPropertyRolloutAdvantagesFiniteFloat32(t *testing.T) {
 	prop := func(gs wildGroups) bool {
-		var groups []Group
-		for g := range gs {
-			grp := Group{TaskID: "t", Role: "policy"}
-			for _, r := range gs[g] {
-				grp.Trajectories = append(grp.Trajectories, Trajectory{Reward: r, Steps: []Step{{Tokens: []int32{1, 2, 3}, PromptLen: 1}}})
-			}
-			groups = append(groups, grp)
-		}
 		for _, name := range []string{GRPO, DrGRPO, RLOO, Reinforce, ReinforcePPBaseline} {
-			cfg := DefaultConfig()
+			r := &rollout.Rollout{Reward: []float64{}}
+			for g := range gs {
+				for _, x := range gs[g] {
+					r.Tokens = append(r.Tokens, []int32{1, 2, 3})
+					r.PromptLen = append(r.PromptLen, 1)
+					r.Reward = append(r.Reward, x)
+					r.GroupID = append(r.GroupID, fmt.Sprint(g))
+				}
+			}
+			cfg := defaultConfig()
 			cfg.Name = name
-			res, err := Collect(groups, CollectConfig{Default: cfg})
-			if err != nil {
+			if _, err := RolloutAdvantages(r, cfg); err != nil {
 				t.Log(err)
 				return false
 			}
-			for _, g := range res.Advantages {
-				for _, tr := range g {
-					for _, st := range tr {
-						for _, v := range st {
-							if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
-								t.Logf("%s: input %v gave %v", name, gs, v)
-								return false
-							}
-						}
+			for _, row := range r.Tok[rollout.KeyAdvantages] {
+				for _, v := range row {
+					if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
+						t.Logf("%s: input %v gave %v", name, gs, v)
+						return false
 					}
-				}
-			}
-			for k, v := range res.Metrics {
-				if math.IsNaN(v) || math.IsInf(v, 0) {
-					t.Logf("%s: metric %s = %v", name, k, v)
-					return false
 				}
 			}
 		}

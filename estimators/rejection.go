@@ -304,3 +304,21 @@ func (a *Accumulator) metrics(capReached bool) map[string]float64 {
 		"dynamic_sampling/cap_reached":       c,
 	}
 }
+
+// Trajectory is one sampled attempt at a task by one role, as rejection sees it: its
+// outcome reward and the verifier's verdict.
+type Trajectory struct {
+	// Reward is the scalar outcome reward of the trajectory.
+	Reward float64
+	// IsCorrect is the verifier's verdict, used by rejection sampling and validation metrics.
+	IsCorrect bool
+}
+
+// Group is the set of trajectories sampled for one task instance by one role: the unit that
+// rejection keeps or drops.
+type Group struct {
+	TaskID       string
+	Role         string
+	DataSource   string
+	Trajectories []Trajectory
+}

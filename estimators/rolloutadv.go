@@ -214,3 +214,50 @@ func rolloutToken(r *rollout.Rollout, est Estimator, cfg Config, traj []int, mas
 	}
 	return out, nil
 }
+
+// ZeroAdvantageTol is the magnitude under which an advantage counts as zero in fraction_zero.
+const ZeroAdvantageTol = 1e-8
+
+func checkTokenOutput(name, what string, got, mask [][]float64) error {
+	if len(got) != len(mask) {
+		return fmt.Errorf("estimator %q returned %s for %d rows, want %d", name, what, len(got), len(mask))
+	}
+	for b := range got {
+		if len(got[b]) != len(mask[b]) {
+			return fmt.Errorf("estimator %q: row %d: %d %s for %d tokens", name, b, len(got[b]), what, len(mask[b]))
+		}
+		for t, v := range got[b] {
+			if math.IsNaN(v) || math.IsInf(v, 0) {
+				return fmt.Errorf("estimator %q: row %d token %d: %s value %v is not finite", name, b, t, what, v)
+			}
+		}
+	}
+	return nil
+}
+
+// masked returns x·m, with a positive zero where m is 0 (x·0 is −0 for negative x).
+func masked(x, m float64) float64 {
+	if m == 0 {
+		return 0
+	}
+	return x * m
+}
+
+// toF32 narrows to float32, saturating at ±MaxFloat32 instead of overflowing to ±Inf.
+func toF32(x float64) float32 {
+	switch {
+	case x > math.MaxFloat32:
+		return math.MaxFloat32
+	case x < -math.MaxFloat32:
+		return -math.MaxFloat32
+	}
+	return float32(x)
+}
+
+func toFloat32(x []float64) []float32 {
+	out := make([]float32, len(x))
+	for i, v := range x {
+		out[i] = toF32(v)
+	}
+	return out
+}

@@ -1,6 +1,7 @@
 package estimators
 
 import (
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"slices"
@@ -10,112 +11,47 @@ import (
 	"stx.dev/stx/rollout"
 )
 
-// randomGroups builds groups of multi-step trajectories with masks that skip observation tokens,
-// critic values, token-reward shaping, greedy rewards and (every other step) supplied advantages.
-func randomGroups(rng *rand.Rand) []Group {
-	var gs []Group
+// randomRollout builds the rows of groups of multi-step trajectories (one row per step) with
+// masks that skip observation tokens, critic values, token-reward shaping and greedy rewards.
+func randomRollout(rng *rand.Rand) *rollout.Rollout {
+	r := &rollout.Rollout{Row: map[string][]float64{rollout.KeyGreedyReward: nil},
+		Tok: map[string][][]float32{rollout.KeyValues: nil, rollout.KeyTokenRewards: nil}}
+	traj := 0
 	for g := range 1 + rng.IntN(5) {
 		greedy := float64(rng.IntN(2))
-		grp := Group{TaskID: fmt.Sprint("task", g), Role: "policy", GreedyReward: &greedy}
 		for range 1 + rng.IntN(5) {
-			tr := Trajectory{Reward: float64(rng.IntN(3)) / 2}
-			for s := range 1 + rng.IntN(3) {
+			reward := float64(rng.IntN(3)) / 2
+			for range 1 + rng.IntN(3) {
 				p, n := 1+rng.IntN(3), rng.IntN(6)
-				st := Step{Tokens: make([]int32, p+n), PromptLen: p,
-					Mask: make([]float32, p+n), Values: make([]float32, p+n), TokenRewards: make([]float32, p+n)}
+				mask, values, shaping := make([]float32, p+n), make([]float32, p+n), make([]float32, p+n)
 				for t := p; t < p+n; t++ {
 					if rng.IntN(5) > 0 {
-						st.Mask[t] = 1
+						mask[t] = 1
 					}
-					st.Values[t] = float32(rng.NormFloat64())
-					st.TokenRewards[t] = float32(rng.NormFloat64() / 10)
+					values[t] = float32(rng.NormFloat64())
+					shaping[t] = float32(rng.NormFloat64() / 10)
 				}
-				if s%2 == 0 {
-					adv := make([]float64, n)
-					for t := range adv {
-						adv[t] = float64(rng.IntN(9)-4) / 4
-					}
-					st.Advantage = PerTokenAdvantage(adv)
-				}
-				tr.Steps = append(tr.Steps, st)
+				r.Tokens = append(r.Tokens, make([]int32, p+n))
+				r.PromptLen = append(r.PromptLen, p)
+				r.Mask = append(r.Mask, mask)
+				r.Reward = append(r.Reward, reward)
+				r.GroupID = append(r.GroupID, fmt.Sprint("task", g))
+				r.Traj = append(r.Traj, traj)
+				r.Row[rollout.KeyGreedyReward] = append(r.Row[rollout.KeyGreedyReward], greedy)
+				r.Tok[rollout.KeyValues] = append(r.Tok[rollout.KeyValues], values)
+				r.Tok[rollout.KeyTokenRewards] = append(r.Tok[rollout.KeyTokenRewards], shaping)
 			}
-			grp.Trajectories = append(grp.Trajectories, tr)
-		}
-		gs = append(gs, grp)
-	}
-	return gs
-}
-
-// RolloutAdvantages on the rows of ToRollout(groups) must give what Collect gives on the groups.
-func TestRolloutAdvantagesMatchesCollect(t *testing.T) {
-	rng := rand.New(rand.NewPCG(5, 6))
-	for trial := range 100 {
-		groups := randomGroups(rng)
-		for _, name := range []string{GRPO, DrGRPO, RLOO, ReinforcePPBaseline, ReMax, Reinforce, GAE, Precomputed} {
-			cfg := DefaultConfig()
-			cfg.Name, cfg.Gamma, cfg.Lambda, cfg.StdDDOF = name, 0.9, 0.8, trial%2
-			res, err := Collect(groups, CollectConfig{Default: cfg})
-			if err != nil {
-				t.Fatal(err)
-			}
-			want, err := ToRollout(groups, res)
-			if err != nil {
-				t.Fatal(err)
-			}
-			got, err := ToRollout(groups, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if name == Precomputed {
-				// On rows, supplied advantages live in the advantages column (0 where none).
-				sup := make([][]float32, got.Len())
-				row := 0
-				for _, g := range groups {
-					for _, tr := range g.Trajectories {
-						for _, st := range tr.Steps {
-							sup[row] = make([]float32, len(st.Tokens))
-							if st.Advantage != nil {
-								for i, v := range st.Advantage.PerToken {
-									sup[row][st.PromptLen+i] = float32(v)
-								}
-							}
-							row++
-						}
-					}
-				}
-				if err := got.SetTok(rollout.KeyAdvantages, sup); err != nil {
-					t.Fatal(err)
-				}
-			}
-			if _, err := RolloutAdvantages(got, cfg); err != nil {
-				t.Fatalf("trial %d %s: %v", trial, name, err)
-			}
-			for _, key := range []string{rollout.KeyAdvantages, rollout.KeyReturns} {
-				w, g := want.Tok[key], got.Tok[key]
-				if (w == nil) != (g == nil) {
-					t.Fatalf("trial %d %s: column %s present in Collect %v, in RolloutAdvantages %v", trial, name, key, w != nil, g != nil)
-				}
-				for b := range w {
-					for i := range w[b] {
-						if d := w[b][i] - g[b][i]; d > 1e-6 || d < -1e-6 {
-							t.Fatalf("trial %d %s %s row %d token %d: Collect %v, RolloutAdvantages %v", trial, name, key, b, i, w[b][i], g[b][i])
-						}
-					}
-				}
-			}
+			traj++
 		}
 	}
+	return r
 }
 
 func TestRolloutAdvantagesShuffledRows(t *testing.T) {
-	groups := randomGroups(rand.New(rand.NewPCG(9, 9)))
-	r, err := ToRollout(groups, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	r := randomRollout(rand.New(rand.NewPCG(9, 9)))
 	perm := r.Permutation(3)
 	shuffled := r.Shuffle(3)
-	cfg := DefaultConfig()
+	cfg := defaultConfig()
 	// Outcome estimators group by GroupID and Traj: row order does not matter.
 	if _, err := RolloutAdvantages(r, cfg); err != nil {
 		t.Fatal(err)
@@ -146,5 +82,122 @@ func TestRolloutAdvantagesShuffledRows(t *testing.T) {
 	split.Reward = nil
 	if _, err := RolloutAdvantages(split, cfg); err == nil {
 		t.Error("rollout without rewards: no error")
+	}
+}
+
+// GAE runs over the rows of a trajectory as one sequence: the reward lands on the last
+// trainable token of the trajectory's last row, and observation tokens are skipped.
+func TestRolloutAdvantagesGAEChainsRows(t *testing.T) {
+	r := &rollout.Rollout{
+		Tokens:    [][]int32{{1, 2, 3}, {1, 2, 3, 7, 4}},
+		PromptLen: []int{1, 3},
+		Mask:      [][]float32{{0, 1, 1}, {0, 0, 0, 0, 1}},
+		Reward:    []float64{1, 1},
+		Traj:      []int{0, 0},
+		Tok:       map[string][][]float32{rollout.KeyValues: {{0, 0.5, 0.25}, {0, 0, 0, 9, 0.75}}},
+	}
+	cfg := defaultConfig()
+	cfg.Name, cfg.Whiten = GAE, false
+	if _, err := RolloutAdvantages(r, cfg); err != nil {
+		t.Fatal(err)
+	}
+	// γ = λ = 1, reward 1 on the last valid token: A_t = 1 − V_t on valid tokens.
+	want := [][]float32{{0, 0.5, 0.75}, {0, 0, 0, 0, 0.25}}
+	for b := range want {
+		if got := r.Tok[rollout.KeyAdvantages][b]; !slices.Equal(got, want[b]) {
+			t.Errorf("row %d: %v, want %v", b, got, want[b])
+		}
+		for i, m := range r.Mask[b] {
+			if ret := r.Tok[rollout.KeyReturns][b][i]; (m != 0 && ret != 1) || (m == 0 && ret != 0) {
+				t.Errorf("row %d token %d: return %v", b, i, ret)
+			}
+		}
+	}
+	// Without values GAE is an error that names the missing input.
+	delete(r.Tok, rollout.KeyValues)
+	if _, err := RolloutAdvantages(r, cfg); err == nil || !strings.Contains(err.Error(), "missing critic values") {
+		t.Errorf("missing values: err = %v", err)
+	}
+}
+
+// rows returns a rollout of single-row trajectories in one group, 2 prompt + 3 response tokens each.
+func rows(rewards ...float64) *rollout.Rollout {
+	r := &rollout.Rollout{}
+	for _, x := range rewards {
+		r.Tokens = append(r.Tokens, make([]int32, 5))
+		r.PromptLen = append(r.PromptLen, 2)
+		r.Reward = append(r.Reward, x)
+		r.GroupID = append(r.GroupID, "t")
+	}
+	return r
+}
+
+func TestRolloutAdvantagesErrors(t *testing.T) {
+	cfg := defaultConfig()
+	cfg.Name = "gpro"
+	_, err := RolloutAdvantages(rows(1, 0), cfg)
+	if err == nil || !strings.Contains(err.Error(), `unknown advantage estimator "gpro"`) || !strings.Contains(err.Error(), "grpo, ") {
+		t.Errorf("unknown estimator: err = %v", err)
+	}
+	cfg.Name = ReMax
+	if _, err := RolloutAdvantages(rows(1, 0), cfg); err == nil || !strings.Contains(err.Error(), "missing greedy baseline") {
+		t.Errorf("remax without greedy reward: err = %v", err)
+	}
+	cfg = defaultConfig()
+	cfg.StdDDOF = -1
+	if _, err := RolloutAdvantages(rows(1, 0), cfg); err == nil || !strings.Contains(err.Error(), "std_ddof") {
+		t.Errorf("bad config: err = %v", err)
+	}
+}
+
+func TestRegistryCustomEstimator(t *testing.T) {
+	// A custom estimator: advantage = reward minus the group maximum.
+	name := "test_minus_max"
+	err := Register(NewOutcome(name, func(r, _ [][]float64, _ Config) ([][]float64, error) {
+		out := make([][]float64, len(r))
+		for g := range r {
+			for _, v := range r[g] {
+				out[g] = append(out[g], v-slices.Max(r[g]))
+			}
+		}
+		return out, nil
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := Register(NewOutcome(name, nil)); err == nil {
+		t.Error("duplicate registration: no error")
+	}
+	if err := Register(NewOutcome(" ", nil)); err == nil {
+		t.Error("empty name: no error")
+	}
+	if !slices.Contains(Names(), name) {
+		t.Errorf("Names() = %v lacks %q", Names(), name)
+	}
+	cfg := defaultConfig()
+	cfg.Name = name
+	r := rows(1, 0.25)
+	if _, err := RolloutAdvantages(r, cfg); err != nil {
+		t.Fatal(err)
+	}
+	if got := r.Tok[rollout.KeyAdvantages][1][2]; got != -0.75 {
+		t.Errorf("custom estimator advantage %v, want -0.75", got)
+	}
+	// An estimator that returns the wrong shape is caught.
+	broken := "test_broken_shape"
+	MustRegister(NewOutcome(broken, func(r, _ [][]float64, _ Config) ([][]float64, error) {
+		return [][]float64{{1}}, nil
+	}))
+	cfg.Name = broken
+	if _, err := RolloutAdvantages(rows(1, 0), cfg); err == nil {
+		t.Error("wrong-shaped output: no error")
+	}
+	// Errors of a custom estimator are wrapped with its name.
+	failing := "test_failing"
+	sentinel := errors.New("boom")
+	MustRegister(NewOutcome(failing, func(_, _ [][]float64, _ Config) ([][]float64, error) { return nil, sentinel }))
+	cfg.Name = failing
+	if _, err := RolloutAdvantages(rows(1), cfg); !errors.Is(err, sentinel) || !strings.Contains(err.Error(), failing) {
+		t.Errorf("failing estimator: err = %v", err)
 	}
 }

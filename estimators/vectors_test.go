@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"stx.dev/stx/rollout"
 )
 
 // vectorsPath is the shared test-vector file (testdata/algorithms.json), relative to this package.
@@ -141,7 +143,24 @@ func f32to64(x []float32) []float64 {
 	return out
 }
 
-// float32 outputs (Collect's per-token advantages) are compared at float32 resolution on top
+// rolloutAdv runs RolloutAdvantages on r and returns its advantages and returns (nil when the
+// estimator gives none) as float64 rows, with its warnings.
+func rolloutAdv(t *testing.T, r *rollout.Rollout, cfg Config) (adv, ret [][]float64, warnings []string) {
+	t.Helper()
+	warnings, err := RolloutAdvantages(r, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, row := range r.Tok[rollout.KeyAdvantages] {
+		adv = append(adv, f32to64(row))
+	}
+	for _, row := range r.Tok[rollout.KeyReturns] {
+		ret = append(ret, f32to64(row))
+	}
+	return adv, ret, warnings
+}
+
+// float32 outputs (RolloutAdvantages' per-token advantages) are compared at float32 resolution on top
 // of the file's tolerance.
 func f32tol(tol tolerance) tolerance { return tolerance{Rel: tol.Rel + 1e-7, Abs: tol.Abs} }
 
@@ -149,7 +168,7 @@ func vecOutcome(name string) func(t *testing.T, c vectorCase, tol tolerance) {
 	return func(t *testing.T, c vectorCase, tol tolerance) {
 		groups := decode[[][]float64](t, c.Inputs, "groups")
 		want := decode[[][]float64](t, c.Outputs, "advantages")
-		cfg := DefaultConfig()
+		cfg := defaultConfig()
 		cfg.Name = name
 		cfg.NormByStd = decodeOr(t, c.Params, "norm_by_std", cfg.NormByStd)
 		cfg.Epsilon = decodeOr(t, c.Params, "epsilon", cfg.Epsilon)
@@ -169,22 +188,23 @@ func vecOutcome(name string) func(t *testing.T, c vectorCase, tol tolerance) {
 				}
 			}
 		}
-		// Through Collect: one group per input group, one single-step trajectory each.
-		var gs []Group
-		for g, r := range groups {
-			grp := Group{TaskID: fmt.Sprint("task", g), Role: "policy"}
-			for _, x := range r {
-				grp.Trajectories = append(grp.Trajectories, Trajectory{Reward: x, Steps: []Step{{Tokens: []int32{1, 2, 3}, PromptLen: 1}}})
+		// Through RolloutAdvantages: one row (1 prompt + 2 response tokens) per trajectory,
+		// grouped by GroupID.
+		r := &rollout.Rollout{}
+		for g, rew := range groups {
+			for _, x := range rew {
+				r.Tokens = append(r.Tokens, []int32{1, 2, 3})
+				r.PromptLen = append(r.PromptLen, 1)
+				r.Reward = append(r.Reward, x)
+				r.GroupID = append(r.GroupID, fmt.Sprint("task", g))
 			}
-			gs = append(gs, grp)
 		}
-		res, err := Collect(gs, CollectConfig{Default: cfg})
-		if err != nil {
-			t.Fatal(err)
-		}
+		adv, _, _ := rolloutAdv(t, r, cfg)
+		row := 0
 		for g := range want {
 			for i, a := range want[g] {
-				assertClose(t, fmt.Sprintf("collect group %d traj %d", g, i), f32to64(res.Advantages[g][i][0]), []float64{0, a, a}, f32tol(tol))
+				assertClose(t, fmt.Sprintf("rollout group %d traj %d", g, i), adv[row], []float64{0, a, a}, f32tol(tol))
+				row++
 			}
 		}
 	}
@@ -194,25 +214,24 @@ func vecReMax(t *testing.T, c vectorCase, tol tolerance) {
 	r := decode[[]float64](t, c.Inputs, "rewards")
 	b := decode[[]float64](t, c.Inputs, "greedy_rewards")
 	want := decode[[]float64](t, c.Outputs, "advantages")
-	cfg := DefaultConfig()
+	cfg := defaultConfig()
 	cfg.Name = ReMax
 	out, err := Estimate(Input{Rewards: [][]float64{r}, Baselines: [][]float64{b}}, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	assertClose(t, "advantages", out.Advantages[0], want, tol)
-	// Through Collect: each prompt is a singleton group with its own greedy reward.
-	var gs []Group
+	// Through RolloutAdvantages: each prompt is a singleton group with its own greedy reward.
+	ro := &rollout.Rollout{Row: map[string][]float64{rollout.KeyGreedyReward: b}}
 	for i := range r {
-		gs = append(gs, Group{TaskID: fmt.Sprint(i), Role: "policy", GreedyReward: &b[i],
-			Trajectories: []Trajectory{{Reward: r[i], Steps: []Step{{Tokens: []int32{7, 8}, PromptLen: 1}}}}})
+		ro.Tokens = append(ro.Tokens, []int32{7, 8})
+		ro.PromptLen = append(ro.PromptLen, 1)
+		ro.Reward = append(ro.Reward, r[i])
+		ro.GroupID = append(ro.GroupID, fmt.Sprint(i))
 	}
-	res, err := Collect(gs, CollectConfig{Default: cfg})
-	if err != nil {
-		t.Fatal(err)
-	}
+	adv, _, _ := rolloutAdv(t, ro, cfg)
 	for i := range want {
-		assertClose(t, fmt.Sprint("collect ", i), f32to64(res.Advantages[i][0][0]), []float64{0, want[i]}, f32tol(tol))
+		assertClose(t, fmt.Sprint("rollout ", i), adv[i], []float64{0, want[i]}, f32tol(tol))
 	}
 }
 
@@ -240,7 +259,7 @@ func vecGAE(t *testing.T, c vectorCase, tol tolerance) {
 	assertClose2(t, "advantages_whitened", white, wantWhite, tol)
 
 	// The registered estimator, with and without whitening.
-	cfg := DefaultConfig()
+	cfg := defaultConfig()
 	cfg.Name, cfg.Gamma, cfg.Lambda, cfg.WhitenEps = GAE, gamma, lambda, eps
 	out, err := Estimate(Input{TokenRewards: rew, Values: val, Mask: mask}, cfg)
 	if err != nil {
@@ -255,9 +274,9 @@ func vecGAE(t *testing.T, c vectorCase, tol tolerance) {
 	}
 	assertClose2(t, "estimator raw", out.TokenAdvantages, wantAdv, tol)
 
-	// Through Collect: one single-step trajectory per row whose outcome reward is the row's
-	// reward on its last valid token (the vectors place it there and nowhere else).
-	var gs []Group
+	// Through RolloutAdvantages: one single-row trajectory per row whose outcome reward is the
+	// row's reward on its last valid token (the vectors place it there and nowhere else).
+	r := &rollout.Rollout{Tok: map[string][][]float32{rollout.KeyValues: nil, rollout.KeyTokenRewards: nil}}
 	for b := range mask {
 		last := -1
 		for t := range mask[b] {
@@ -265,57 +284,53 @@ func vecGAE(t *testing.T, c vectorCase, tol tolerance) {
 				last = t
 			}
 		}
-		st := Step{Tokens: make([]int32, len(mask[b])), Mask: make([]float32, len(mask[b])), Values: make([]float32, len(mask[b])), TokenRewards: make([]float32, len(mask[b]))}
+		n := len(mask[b])
+		m, v, shaping := make([]float32, n), make([]float32, n), make([]float32, n)
 		for t := range mask[b] {
-			st.Mask[t] = float32(mask[b][t])
-			st.Values[t] = float32(val[b][t])
+			m[t] = float32(mask[b][t])
+			v[t] = float32(val[b][t])
 			if t != last {
-				st.TokenRewards[t] = float32(rew[b][t])
+				shaping[t] = float32(rew[b][t])
 			}
 		}
-		gs = append(gs, Group{TaskID: fmt.Sprint(b), Role: "actor", Trajectories: []Trajectory{{Reward: rew[b][last], Steps: []Step{st}}}})
+		r.Tokens = append(r.Tokens, make([]int32, n))
+		r.Mask = append(r.Mask, m)
+		r.Reward = append(r.Reward, rew[b][last])
+		r.Tok[rollout.KeyValues] = append(r.Tok[rollout.KeyValues], v)
+		r.Tok[rollout.KeyTokenRewards] = append(r.Tok[rollout.KeyTokenRewards], shaping)
 	}
 	cfg.Whiten = true
-	res, err := Collect(gs, CollectConfig{Default: cfg})
-	if err != nil {
-		t.Fatal(err)
-	}
+	gotAdv, gotRet, _ := rolloutAdv(t, r, cfg)
 	// Values pass through float32, so allow float32 resolution relative to the values' scale.
 	loose := tolerance{Rel: 1e-5, Abs: 1e-6}
-	for b := range mask {
-		assertClose(t, fmt.Sprint("collect whitened ", b), f32to64(res.Advantages[b][0][0]), wantWhite[b], loose)
-		assertClose(t, fmt.Sprint("collect returns ", b), f32to64(res.Returns[b][0][0]), wantRet[b], loose)
-	}
+	assertClose2(t, "rollout whitened", gotAdv, wantWhite, loose)
+	assertClose2(t, "rollout returns", gotRet, wantRet, loose)
 }
 
 func vecBroadcast(t *testing.T, c vectorCase, tol tolerance) {
 	adv := decode[[]float64](t, c.Inputs, "trajectory_advantages")
 	masks := decode[[][][]float32](t, c.Inputs, "step_token_masks")
 	want := decode[[][][]float64](t, c.Outputs, "token_advantages")
+	// Through RolloutAdvantages: one row per step, the rows of a trajectory sharing Traj;
+	// REINFORCE's advantage is the reward, so rewards = trajectory advantages.
+	r := &rollout.Rollout{}
 	for i := range adv {
-		got := BroadcastTrajectory(adv[i], masks[i])
-		for s := range want[i] {
-			assertClose(t, fmt.Sprintf("traj %d step %d", i, s), f32to64(got[s]), want[i][s], f32tol(tol))
-		}
-	}
-	// Through Collect: REINFORCE's advantage is the reward, so rewards = trajectory advantages.
-	var trajs []Trajectory
-	for i := range adv {
-		tr := Trajectory{Reward: adv[i]}
 		for _, m := range masks[i] {
-			tr.Steps = append(tr.Steps, Step{Tokens: make([]int32, len(m)), Mask: m})
+			r.Tokens = append(r.Tokens, make([]int32, len(m)))
+			r.Mask = append(r.Mask, m)
+			r.Reward = append(r.Reward, adv[i])
+			r.Traj = append(r.Traj, i)
+			r.GroupID = append(r.GroupID, "t")
 		}
-		trajs = append(trajs, tr)
 	}
-	cfg := DefaultConfig()
+	cfg := defaultConfig()
 	cfg.Name = Reinforce
-	res, err := Collect([]Group{{TaskID: "t", Role: "policy", Trajectories: trajs}}, CollectConfig{Default: cfg})
-	if err != nil {
-		t.Fatal(err)
-	}
+	got, _, _ := rolloutAdv(t, r, cfg)
+	row := 0
 	for i := range want {
 		for s := range want[i] {
-			assertClose(t, fmt.Sprintf("collect traj %d step %d", i, s), f32to64(res.Advantages[0][i][s]), want[i][s], f32tol(tol))
+			assertClose(t, fmt.Sprintf("rollout traj %d step %d", i, s), got[row], want[i][s], f32tol(tol))
+			row++
 		}
 	}
 }
@@ -355,24 +370,61 @@ func vecPrecomputed(t *testing.T, c vectorCase, tol tolerance) {
 		got, _ := PrecomputedTokens(a, lens[i])
 		assertClose(t, fmt.Sprint("step ", i), got, want[i], tol)
 	}
-	// Through Collect with the "precomputed" estimator: each step follows a 2-token prompt.
-	tr := Trajectory{Reward: 1}
-	for i, a := range supplied {
-		tr.Steps = append(tr.Steps, Step{Tokens: make([]int32, 2+lens[i]), PromptLen: 2, Advantage: a})
+	// Through the registered "precomputed" estimator: each step is a row after a 2-token
+	// prompt, one trajectory.
+	in := Input{Supplied: supplied}
+	for i := range supplied {
+		m := make([]float64, 2+lens[i])
+		for t := 2; t < len(m); t++ {
+			m[t] = 1
+		}
+		in.Mask = append(in.Mask, m)
+		in.PromptLen = append(in.PromptLen, 2)
+		in.Traj = append(in.Traj, 0)
+		in.TokenRewards = append(in.TokenRewards, make([]float64, len(m)))
+		in.Values = append(in.Values, nil)
 	}
-	cfg := DefaultConfig()
+	cfg := defaultConfig()
 	cfg.Name = Precomputed
-	res, err := Collect([]Group{{TaskID: "t", Role: "student", Trajectories: []Trajectory{tr}}}, CollectConfig{Default: cfg})
+	out, err := Estimate(in, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for i := range want {
-		assertClose(t, fmt.Sprint("collect step ", i), f32to64(res.Advantages[0][0][i]), append([]float64{0, 0}, want[i]...), f32tol(tol))
+		assertClose(t, fmt.Sprint("estimator step ", i), out.TokenAdvantages[i], append([]float64{0, 0}, want[i]...), tol)
 	}
 	wantWarn := fmt.Sprintf("%d of %d steps had none and %d had a per-token list of the wrong length", wantMissing, len(supplied), wantWrong)
-	if len(res.Warnings) != 1 || !strings.Contains(res.Warnings[0], wantWarn) {
-		t.Errorf("warnings = %q, want one containing %q", res.Warnings, wantWarn)
+	if len(out.Warnings) != 1 || !strings.Contains(out.Warnings[0], wantWarn) {
+		t.Errorf("warnings = %q, want one containing %q", out.Warnings, wantWarn)
 	}
+	// Through RolloutAdvantages, where supplied advantages are a per-token column: the steps
+	// whose supplied advantage a column can hold (a scalar, broadcast; a list of the right length).
+	r := &rollout.Rollout{Reward: []float64{}, Tok: map[string][][]float32{rollout.KeyAdvantages: nil}}
+	var wantRows [][]float64
+	for i, a := range supplied {
+		if a == nil || !a.IsScalar && len(a.PerToken) != lens[i] {
+			continue
+		}
+		col := make([]float32, 2+lens[i])
+		for t := range lens[i] {
+			if a.IsScalar {
+				col[2+t] = float32(a.Scalar)
+			} else {
+				col[2+t] = float32(a.PerToken[t])
+			}
+		}
+		r.Tokens = append(r.Tokens, make([]int32, len(col)))
+		r.PromptLen = append(r.PromptLen, 2)
+		r.Reward = append(r.Reward, 1)
+		r.Traj = append(r.Traj, 0)
+		r.Tok[rollout.KeyAdvantages] = append(r.Tok[rollout.KeyAdvantages], col)
+		wantRows = append(wantRows, append([]float64{0, 0}, want[i]...))
+	}
+	if len(wantRows) == 0 {
+		t.Fatal("no step with a scalar or a right-length list")
+	}
+	got, _, _ := rolloutAdv(t, r, cfg)
+	assertClose2(t, "rollout", got, wantRows, f32tol(tol))
 }
 
 func vecFilterGroups(t *testing.T, c vectorCase, _ tolerance) {

@@ -2,7 +2,6 @@ package loss
 
 import (
 	"fmt"
-	"math"
 
 	. "github.com/gomlx/gomlx/pkg/core/graph" // the graph DSL reads like the formulas
 )
@@ -17,22 +16,6 @@ func Entropy(logits *Node) *Node {
 	// A −Inf logit (a banned token) has p = 0: use 0·0 there instead of 0·(−Inf).
 	support := GreaterThan(p, ZerosLike(p))
 	return Neg(ReduceSum(Mul(p, Where(support, logp, ZerosLike(logp))), -1))
-}
-
-// TruncatedISWeight is the rollout-correction weight of truncated importance sampling (TIS),
-// sg(min(exp(old_logp − sampler_logp), cap)) (cap default 2.0), to be set as
-// PolicyBatch.TokenWeights. It is computed as exp(min(log-ratio, log cap)), so a
-// huge log-ratio cannot overflow.
-func TruncatedISWeight(oldLogp, samplerLogp *Node, tisCap float64) (*Node, error) {
-	if tisCap <= 0 {
-		return nil, fmt.Errorf("truncated IS weight: cap must be > 0, got %g", tisCap)
-	}
-	if !sameDims(oldLogp, samplerLogp) {
-		return nil, fmt.Errorf("truncated IS weight: old_logp %s and sampler_logp %s differ in shape",
-			oldLogp.Shape(), samplerLogp.Shape())
-	}
-	lr := Sub(oldLogp, toDType(samplerLogp, oldLogp))
-	return StopGradient(Exp(MinScalar(lr, math.Log(tisCap)))), nil
 }
 
 // ActorTerms are the optional extra terms of the full actor objective.

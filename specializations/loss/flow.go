@@ -157,14 +157,3 @@ func FlowGRPOLoss(logp, oldLogp, advantages, count *Node, cfg PPOConfig) (Result
 		Mask:        OnesLike(col(logp)),
 	}, cfg, Reducer{Mode: AggTokenMean, Denominators: den})
 }
-
-// FlowKL is Flow-GRPO's optional KL term per sample:
-// mean_dims (μ_θ − μ_ref)² / (2 s_σ²), with the reference mean as a constant; the
-// caller multiplies it by β and averages it like the policy loss.
-func FlowKL(meanTheta, meanRef, sigmaT *Node) (*Node, error) {
-	if meanTheta == nil || meanRef == nil || sigmaT == nil || !sameDims(meanTheta, meanRef) {
-		return nil, fmt.Errorf("flow kl: mean_theta, mean_ref and sigma_t are required, means of one shape")
-	}
-	d := Sub(meanTheta, StopGradient(toDType(meanRef, meanTheta)))
-	return meanOverDims(Div(Square(d), MulScalar(Square(StopGradient(sigmaT)), 2))), nil
-}

@@ -15,8 +15,9 @@ type PolicyBatch struct {
 	SamplerLogProbs *Node // sampler_logp: inference engine's log-probs (importance_sampling, DRO)
 	Advantages      *Node // A[b,t]
 	Mask            *Node // 1 = token receives loss
-	// TokenWeights optionally multiplies ℓ[b,t] before aggregation, without gradient:
-	// the rollout-correction weight of truncated importance sampling (see TruncatedISWeight).
+	// TokenWeights optionally multiplies ℓ[b,t] before aggregation, without gradient: the
+	// place for a rollout-correction weight such as truncated importance sampling's
+	// sg(min(exp(old_logp − sampler_logp), tis_cap)).
 	TokenWeights *Node
 }
 

@@ -55,12 +55,6 @@ type Counts struct {
 	Rows      int // B
 }
 
-// Add returns the aggregation counts of two disjoint sets of rows together
-// (micro-batches or ranks of one mini-batch).
-func (c Counts) Add(o Counts) Counts {
-	return Counts{Tokens: c.Tokens + o.Tokens, Sequences: c.Sequences + o.Sequences, Rows: c.Rows + o.Rows}
-}
-
 // CountMask returns the aggregation counts of a [rows][tokens] mask (non-zero = counts).
 func CountMask[T ~float32 | ~float64 | ~int | ~int32 | ~int64 | ~uint8](mask [][]T) Counts {
 	c := Counts{Rows: len(mask)}
