@@ -7,13 +7,15 @@
 #   scripts/bench-vs-peer.sh                 # default backend, 5 runs each, the "bench" model
 #   BACKEND=go RUNS=3 scripts/bench-vs-peer.sh
 #   MODEL=/tmp/qwen2 SIZES="--batch 1 --seq-len 256 --new-tokens 32" scripts/bench-vs-peer.sh
+#   ONLY=forward_logprobs,kv_cache_sampling MODEL=/tmp/qwen2 scripts/bench-vs-peer.sh
 # MODEL is a model directory with a config.json (e.g. written by `stx init-model`; the peer
-# builds the same shape from it with its own random weights); SIZES go to both sides.
+# builds the same shape from it with its own random weights); SIZES and ONLY (the
+# measurements to run) go to both sides.
 # Needs /usr/bin/python3 with PyTorch (Debian: apt-get install python3-torch).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 runs=${RUNS:-5}
-sizes=(${SIZES:-})
+sizes=(${SIZES:-} ${ONLY:+--only "$ONLY"})
 model=()
 peer_model=()
 if [[ -n "${MODEL:-}" ]]; then
