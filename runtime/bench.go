@@ -22,6 +22,32 @@ type BenchOptions struct {
 	PromptLen int // prompt tokens for sampling (32)
 	NewTokens int // generated tokens per sequence (128)
 	Seed      uint64
+	// Only, when set, is a comma-separated list of the measurements to run (BenchNames): at a
+	// real model's shape the train steps may need more memory than the machine has while
+	// forward and sampling still fit.
+	Only string
+}
+
+// BenchNames are the measurements of Bench, in the order it runs them.
+var BenchNames = []string{"forward_logprobs", "grpo_train_step", "sft_train_step", "kv_cache_sampling"}
+
+// Selected returns which measurements to run, or an error naming an unknown one.
+func (o BenchOptions) Selected() (map[string]bool, error) {
+	sel := map[string]bool{}
+	if strings.TrimSpace(o.Only) == "" {
+		for _, n := range BenchNames {
+			sel[n] = true
+		}
+		return sel, nil
+	}
+	for _, n := range strings.Split(o.Only, ",") {
+		n = strings.TrimSpace(n)
+		if !slices.Contains(BenchNames, n) {
+			return nil, fmt.Errorf("unknown measurement %q (have %s)", n, strings.Join(BenchNames, ", "))
+		}
+		sel[n] = true
+	}
+	return sel, nil
 }
 
 func (o BenchOptions) withDefaults() BenchOptions {
@@ -154,6 +180,10 @@ func peakRSSMiB() float64 {
 // a copy initialised from seed so m is left untouched.
 func Bench(b *Backend, m *Model, opt BenchOptions) ([]Measurement, error) {
 	opt = opt.withDefaults()
+	want, err := opt.Selected()
+	if err != nil {
+		return nil, err
+	}
 	c := m.Config
 	rng := rand.New(rand.NewPCG(opt.Seed, 1))
 	rows, length := opt.Batch, opt.SeqLen
@@ -175,58 +205,83 @@ func Bench(b *Backend, m *Model, opt BenchOptions) ([]Measurement, error) {
 	if err != nil {
 		return nil, err
 	}
-	sec, err := timeRuns(opt.Runs, func() error { _, err := sc.Score(seqs); return err })
-	if err != nil {
-		return nil, fmt.Errorf("bench forward: %w", err)
+	if want["forward_logprobs"] {
+		sec, err := timeRuns(opt.Runs, func() error { _, err := sc.Score(seqs); return err })
+		if err != nil {
+			return nil, fmt.Errorf("bench forward: %w", err)
+		}
+		add("forward_logprobs", float64(rows*length), forwardFLOPs(c, rows, length), sec)
 	}
-	add("forward_logprobs", float64(rows*length), forwardFLOPs(c, rows, length), sec)
+	if want["grpo_train_step"] || want["sft_train_step"] {
+		if err := benchTrain(b, m, sc, seqs, rng, opt, want, add); err != nil {
+			return nil, err
+		}
+	}
+	if want["kv_cache_sampling"] {
+		if err := benchSampling(b, m, seqs, opt, add); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// benchTrain times the GRPO-style and SFT steps that want selects.
+func benchTrain(b *Backend, m *Model, sc *Scorer, seqs [][]int32, rng *rand.Rand, opt BenchOptions, want map[string]bool,
+	add func(name string, tokens, flops, sec float64)) error {
+	c := m.Config
+	rows, length := opt.Batch, opt.SeqLen
 
 	// GRPO-style train step: the reference's forward (frozen, separate graph, as a sync would
 	// run it; m, which training leaves untouched, plays the reference) and the policy's step.
 	policy, err := NewModel(c, opt.Seed+1)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	refScorer := sc
-	tr, err := NewTrainer(b, policy, benchPolicyLoss, TrainerConfig{AdamW: DefaultAdamW(), MaxGradNorm: 1,
-		Schedule: Schedule{Kind: "constant", BaseLR: 1e-5}})
-	if err != nil {
-		return nil, err
-	}
 	pad := int32(max(c.PAD, 0))
 	tokens, mask, err := PadTokens(seqs, rows, length, pad)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	targets, tmask := ShiftTargets(tokens, mask, rows, length, pad)
 	adv := make([]float32, rows)
 	for i := range adv {
 		adv[i] = float32(rng.NormFloat64())
 	}
-	sec, err = timeRuns(opt.Runs, func() error {
-		ref, err := refScorer.Score(seqs)
+	if want["grpo_train_step"] {
+		tr, err := NewTrainer(b, policy, benchPolicyLoss, TrainerConfig{AdamW: DefaultAdamW(), MaxGradNorm: 1,
+			Schedule: Schedule{Kind: "constant", BaseLR: 1e-5}})
 		if err != nil {
 			return err
 		}
-		refLP := make([]float32, rows*length)
-		for r := range rows {
-			copy(refLP[r*length:], ref[r].LogProbs)
+		sec, err := timeRuns(opt.Runs, func() error {
+			ref, err := refScorer.Score(seqs)
+			if err != nil {
+				return err
+			}
+			refLP := make([]float32, rows*length)
+			for r := range rows {
+				copy(refLP[r*length:], ref[r].LogProbs)
+			}
+			_, err = tr.Step([]map[string]*tensors.Tensor{{
+				"tokens":     tensors.FromFlatDataAndDimensions(tokens, rows, length),
+				"targets":    tensors.FromFlatDataAndDimensions(targets, rows, length),
+				"mask":       tensors.FromFlatDataAndDimensions(tmask, rows, length),
+				"advantages": tensors.FromFlatDataAndDimensions(adv, rows),
+				"old_logp":   tensors.FromFlatDataAndDimensions(refLP, rows, length),
+				"ref_logp":   tensors.FromFlatDataAndDimensions(refLP, rows, length),
+			}})
+			return err
+		})
+		if err != nil {
+			return fmt.Errorf("bench train step: %w", err)
 		}
-		_, err = tr.Step([]map[string]*tensors.Tensor{{
-			"tokens":     tensors.FromFlatDataAndDimensions(tokens, rows, length),
-			"targets":    tensors.FromFlatDataAndDimensions(targets, rows, length),
-			"mask":       tensors.FromFlatDataAndDimensions(tmask, rows, length),
-			"advantages": tensors.FromFlatDataAndDimensions(adv, rows),
-			"old_logp":   tensors.FromFlatDataAndDimensions(refLP, rows, length),
-			"ref_logp":   tensors.FromFlatDataAndDimensions(refLP, rows, length),
-		}})
-		return err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("bench train step: %w", err)
+		// Reference forward + policy forward + backward (≈ 2× forward).
+		add("grpo_train_step", float64(rows*length), 4*forwardFLOPs(c, rows, length), sec)
 	}
-	// Reference forward + policy forward + backward (≈ 2× forward).
-	add("grpo_train_step", float64(rows*length), 4*forwardFLOPs(c, rows, length), sec)
+	if !want["sft_train_step"] {
+		return nil
+	}
 
 	// SFT step: masked next-token NLL (forward + backward + AdamW), by a second trainer of the
 	// same policy (the optimizer state variables, found by name in the model's context, are
@@ -234,9 +289,9 @@ func Bench(b *Backend, m *Model, opt BenchOptions) ([]Measurement, error) {
 	sft, err := NewTrainer(b, policy, benchSFTLoss, TrainerConfig{AdamW: DefaultAdamW(), MaxGradNorm: 1,
 		Schedule: Schedule{Kind: "constant", BaseLR: 1e-5}})
 	if err != nil {
-		return nil, err
+		return err
 	}
-	sec, err = timeRuns(opt.Runs, func() error {
+	sec, err := timeRuns(opt.Runs, func() error {
 		_, err := sft.Step([]map[string]*tensors.Tensor{{
 			"tokens":  tensors.FromFlatDataAndDimensions(tokens, rows, length),
 			"targets": tensors.FromFlatDataAndDimensions(targets, rows, length),
@@ -245,29 +300,34 @@ func Bench(b *Backend, m *Model, opt BenchOptions) ([]Measurement, error) {
 		return err
 	})
 	if err != nil {
-		return nil, fmt.Errorf("bench sft step: %w", err)
+		return fmt.Errorf("bench sft step: %w", err)
 	}
 	add("sft_train_step", float64(rows*length), 3*forwardFLOPs(c, rows, length), sec)
+	return nil
+}
 
-	// KV-cache sampling.
+// benchSampling times KV-cache sampling of opt.NewTokens tokens after prompts cut from seqs.
+func benchSampling(b *Backend, m *Model, seqs [][]int32, opt BenchOptions, add func(name string, tokens, flops, sec float64)) error {
+	c := m.Config
+	rows := opt.Batch
 	sampler, err := NewSampler(b, m)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	prompts := make([][]int32, rows)
 	for i := range prompts {
 		prompts[i] = seqs[i][:opt.PromptLen]
 	}
-	sec, err = timeRuns(opt.Runs, func() error {
+	sec, err := timeRuns(opt.Runs, func() error {
 		_, err := sampler.Generate(prompts, SampleOptions{MaxNewTokens: opt.NewTokens, Temperature: 1, Seed: opt.Seed})
 		return err
 	})
 	if err != nil {
-		return nil, fmt.Errorf("bench sampling: %w", err)
+		return fmt.Errorf("bench sampling: %w", err)
 	}
 	capacity := BucketLength(BucketLength(opt.PromptLen) + opt.NewTokens)
 	flops := forwardFLOPs(c, rows, BucketLength(opt.PromptLen)) + float64(opt.NewTokens)*forwardFLOPs(c, rows, 1) +
 		float64(opt.NewTokens*rows)*4*float64(c.QDim()*c.Layers)*float64(capacity)
 	add("kv_cache_sampling", float64(rows*opt.NewTokens), flops, sec)
-	return out, nil
+	return nil
 }

@@ -1,18 +1,36 @@
 #!/usr/bin/env bash
 # Runs `stx bench` and its PyTorch CPU peer (scripts/peer_bench.py) back to back on this machine
 # and prints stx's figures as ratios to the peer's, measured in the same run. The peer runs with
-# 1 and with 2 PyTorch threads and keeps its better figure of each measurement.
-#   scripts/bench-vs-peer.sh                 # default backend, 5 runs each
+# 1 and with 2 PyTorch threads and keeps its better figure of each measurement. The load
+# average before and after is printed too: on a shared machine the ratios are only comparable
+# between runs at similar load.
+#   scripts/bench-vs-peer.sh                 # default backend, 5 runs each, the "bench" model
 #   BACKEND=go RUNS=3 scripts/bench-vs-peer.sh
+#   MODEL=/tmp/qwen2 SIZES="--batch 1 --seq-len 256 --new-tokens 32" scripts/bench-vs-peer.sh
+#   ONLY=forward_logprobs,kv_cache_sampling MODEL=/tmp/qwen2 scripts/bench-vs-peer.sh
+# MODEL is a model directory with a config.json (e.g. written by `stx init-model`; the peer
+# builds the same shape from it with its own random weights); SIZES and ONLY (the
+# measurements to run) go to both sides.
 # Needs /usr/bin/python3 with PyTorch (Debian: apt-get install python3-torch).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 runs=${RUNS:-5}
+sizes=(${SIZES:-} ${ONLY:+--only "$ONLY"})
+model=()
+peer_model=()
+if [[ -n "${MODEL:-}" ]]; then
+	model=(--model "$MODEL")
+	if [[ -f "$MODEL/config.json" ]]; then
+		peer_model=(--config "$MODEL/config.json")
+	fi
+fi
 bin=$(mktemp -d)/stx
 go build -o "$bin" ./cmd/stx
-stx=$("$bin" bench --json --runs "$runs" ${BACKEND:+--backend "$BACKEND"} 2>/dev/null)
-peer=$(/usr/bin/python3 scripts/peer_bench.py --runs "$runs" --threads 1
-	/usr/bin/python3 scripts/peer_bench.py --runs "$runs" --threads 2)
+load_before=$(cut -d' ' -f1-3 /proc/loadavg)
+stx=$("$bin" bench --json --runs "$runs" ${BACKEND:+--backend "$BACKEND"} "${model[@]}" "${sizes[@]}" 2>/dev/null)
+peer=$(/usr/bin/python3 scripts/peer_bench.py --runs "$runs" --threads 1 "${peer_model[@]}" "${sizes[@]}"
+	/usr/bin/python3 scripts/peer_bench.py --runs "$runs" --threads 2 "${peer_model[@]}" "${sizes[@]}")
+load_after=$(cut -d' ' -f1-3 /proc/loadavg)
 STX="$stx" PEER="$peer" /usr/bin/python3 - <<'PY'
 import json, os
 stx = {o["name"]: o for o in map(json.loads, os.environ["STX"].splitlines())}
@@ -25,3 +43,4 @@ for name, p in peer.items():
     s = stx[name]["tokens_per_s"]
     print(f"{name:<20}{s:>12.1f}{p['tokens_per_s']:>12.1f}{s / p['tokens_per_s']:>9.2f}x")
 PY
+echo "load average before: $load_before; after: $load_after ($(nproc) cores)"

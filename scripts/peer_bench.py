@@ -132,7 +132,13 @@ def main():
     ap.add_argument("--seq-len", type=int, default=256)
     ap.add_argument("--prompt-len", type=int, default=32)
     ap.add_argument("--new-tokens", type=int, default=128)
+    ap.add_argument("--only", default="", help="comma-separated measurements to run (as stx bench --only)")
     args = ap.parse_args()
+    names = ["forward_logprobs", "grpo_train_step", "sft_train_step", "kv_cache_sampling"]
+    only = [n.strip() for n in args.only.split(",") if n.strip()] or names
+    for n in only:
+        if n not in names:
+            ap.error(f"unknown measurement {n!r} (have {', '.join(names)})")
     if args.config:
         use_config(args.config)
     torch.set_num_threads(args.threads)
@@ -151,8 +157,9 @@ def main():
         out.append({"name": name, "tokens_per_s": tok / sec, "median_s": sec, "runs": args.runs,
                     "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024})
 
-    with torch.no_grad():
-        emit("forward_logprobs", B * T, timed(args.runs, lambda: token_logprobs(model, tokens, targets)))
+    if "forward_logprobs" in only:
+        with torch.no_grad():
+            emit("forward_logprobs", B * T, timed(args.runs, lambda: token_logprobs(model, tokens, targets)))
 
     opt = torch.optim.AdamW(model.parameters(), lr=1e-5, weight_decay=0.0)
     adv = torch.randn(B)
@@ -171,7 +178,8 @@ def main():
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
-    emit("grpo_train_step", B * T, timed(args.runs, step))
+    if "grpo_train_step" in only:
+        emit("grpo_train_step", B * T, timed(args.runs, step))
 
     def sft():
         loss = -(token_logprobs(model, tokens, targets) * mask).sum() / mask.sum()
@@ -179,7 +187,8 @@ def main():
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
-    emit("sft_train_step", B * T, timed(args.runs, sft))
+    if "sft_train_step" in only:
+        emit("sft_train_step", B * T, timed(args.runs, sft))
 
     prompts = torch.randint(0, V, (B, P))
 
@@ -192,7 +201,8 @@ def main():
                 if i == N - 1:
                     break
                 logits = model(nxt, cache, P + i)[:, -1]
-    emit("kv_cache_sampling", B * N, timed(args.runs, sample))
+    if "kv_cache_sampling" in only:
+        emit("kv_cache_sampling", B * N, timed(args.runs, sample))
     for o in out:
         print(json.dumps(o))
 

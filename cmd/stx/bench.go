@@ -47,6 +47,7 @@ Example:
 			&cli.IntFlag{Name: "prompt-len", Value: 32, Usage: "prompt tokens of the sampling run (`N`)"},
 			&cli.IntFlag{Name: "new-tokens", Value: 128, Usage: "tokens generated per prompt (`N`)"},
 			&cli.Uint64Flag{Name: "seed", Value: 1, Usage: "seed of the weights and data"},
+			&cli.StringFlag{Name: "only", Usage: "run only the measurements in `LIST` (comma-separated: forward_logprobs, grpo_train_step, sft_train_step, kv_cache_sampling)"},
 			&cli.StringFlag{Name: "cpuprofile", Usage: "write a Go CPU profile of the timed runs to `FILE` (read it with go tool pprof)"},
 		},
 		Action: func(c *cli.Context) error {
@@ -57,6 +58,9 @@ Example:
 				if c.Int(f) < 1 {
 					return usagef("--%s must be at least 1", f)
 				}
+			}
+			if _, err := (runtime.BenchOptions{Only: c.String("only")}).Selected(); err != nil {
+				return usagef("--only: %v", err)
 			}
 			if c.Int("prompt-len") > c.Int("seq-len") {
 				return usagef("--prompt-len %d exceeds --seq-len %d", c.Int("prompt-len"), c.Int("seq-len"))
@@ -82,7 +86,7 @@ Example:
 				defer pprof.StopCPUProfile()
 			}
 			opt := runtime.BenchOptions{Runs: c.Int("runs"), Batch: c.Int("batch"), SeqLen: c.Int("seq-len"),
-				PromptLen: c.Int("prompt-len"), NewTokens: c.Int("new-tokens"), Seed: c.Uint64("seed")}
+				PromptLen: c.Int("prompt-len"), NewTokens: c.Int("new-tokens"), Seed: c.Uint64("seed"), Only: c.String("only")}
 			ms, err := runtime.Bench(be, m, opt)
 			if err != nil {
 				return err

@@ -39,7 +39,7 @@ static inline int FN(all_set)(VI m) {
 
 // exp_v is expf32 of fastmath.go lane by lane, with the same operations in the same order,
 // so the results are bit-identical. Lanes outside [-87, 87] (and NaN) take expf32's slow
-// path: 0 below -104, else the double-precision exp rounded to float.
+// path: 0 below -104 (all lanes at once), else the double-precision exp rounded to float.
 static inline VF FN(exp_v)(VF x) {
 	const float log2e = 1.44269504088896341f;
 	const float ln2_hi = 0.693359375f;
@@ -58,10 +58,14 @@ static inline VF FN(exp_v)(VF x) {
 	y = y * (VF)((n + 127u) << 23);
 	VI ok = (x >= -87.0f) & (x <= 87.0f);
 	if (__builtin_expect(!FN(all_set)(ok), 0)) {
-		for (int i = 0; i < W; i++) {
-			if (!ok[i]) {
-				float xi = x[i];
-				y[i] = xi < -104.0f ? 0.0f : (float)exp((double)xi);
+		// Lanes below -104 (masked attention scores, a quarter to a half of a causal
+		// softmax's) are 0 without the lane-by-lane loop, which only the rest still take.
+		VI zero = x < -104.0f;
+		y = (VF)((VI)y & ~zero);
+		ok |= zero;
+		if (!FN(all_set)(ok)) {
+			for (int i = 0; i < W; i++) {
+				if (!ok[i]) y[i] = (float)exp((double)x[i]);
 			}
 		}
 	}

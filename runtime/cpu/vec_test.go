@@ -406,8 +406,18 @@ func BenchmarkVec(b *testing.B) {
 		code, _ := vecUnaryCode(op)
 		return kernel{op.String(), func() { goUnary(op, out, x) }, func(l int) { vecUnaryAt(l, code, out, x) }}
 	}
+	// A causal softmax's exponentials: every other row of 256 has a run of masked keys.
+	masked := make([]float32, n)
+	for i := range masked {
+		masked[i] = x[i]/2 - 5
+		if (i/256)%2 == 1 && i%256 > (i/512)%256 {
+			masked[i] = -1e9
+		}
+	}
+	expCode, _ := vecUnaryCode(backends.OpTypeExp)
 	kernels := []kernel{
-		unary(backends.OpTypeExp), unary(backends.OpTypeLogistic), unary(backends.OpTypeRsqrt), unary(backends.OpTypeLog),
+		unary(backends.OpTypeExp),
+		{"ExpMasked", func() { goUnary(backends.OpTypeExp, out, masked) }, func(l int) { vecUnaryAt(l, expCode, out, masked) }}, unary(backends.OpTypeLogistic), unary(backends.OpTypeRsqrt), unary(backends.OpTypeLog),
 		{"AddVV", func() { binVV(backends.OpTypeAdd, out, x, y) }, func(l int) { vecBinaryAt(l, vecAdd, vecVV, out, x, y, 0) }},
 		{"MulVS", func() { binVS(backends.OpTypeMul, out, x, 1.5) }, func(l int) { vecBinaryAt(l, vecMul, vecVS, out, x, nil, 1.5) }},
 		{"MaxVV", func() { binVV(backends.OpTypeMax, out, x, y) }, func(l int) { vecBinaryAt(l, vecMax, vecVV, out, x, y, 0) }},

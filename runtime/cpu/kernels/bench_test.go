@@ -40,11 +40,15 @@ func BenchmarkTranspose2D(b *testing.B) {
 }
 
 func benchReduce(b *testing.B, dims, axes []int, outN int) {
+	benchReduceOp(b, dims, axes, outN, ReduceSum)
+}
+
+func benchReduceOp(b *testing.B, dims, axes []int, outN int, op ReduceOp) {
 	src := randFloat32(rand.New(rand.NewPCG(1, 1)), product(dims))
 	dst := make([]float32, outN)
 	b.ReportAllocs()
 	for b.Loop() {
-		Reduce(dst, src, dims, axes, ReduceSum)
+		Reduce(dst, src, dims, axes, op)
 	}
 	reportGBs(b, 4*(len(src)+len(dst)))
 }
@@ -53,6 +57,11 @@ func BenchmarkReduceSumLastAxis(b *testing.B)  { benchReduce(b, []int{2048, 2048
 func BenchmarkReduceSumFirstAxis(b *testing.B) { benchReduce(b, []int{2048, 2048}, []int{0}, 2048) }
 func BenchmarkReduceSumMiddleAxis(b *testing.B) {
 	benchReduce(b, []int{8, 256, 256}, []int{1}, 8*256)
+}
+
+// The attention softmax's max over keys ([B, heads, T, T] over the last axis).
+func BenchmarkReduceMaxLastAxis(b *testing.B) {
+	benchReduceOp(b, []int{8 * 4 * 256, 256}, []int{1}, 8*4*256, ReduceMax)
 }
 func BenchmarkTinyReduceSum(b *testing.B) { benchReduce(b, []int{8, 16}, []int{1}, 8) }
 

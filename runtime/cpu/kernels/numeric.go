@@ -83,18 +83,54 @@ func reduceRun[T Number](op ReduceOp, acc T, x []T) T {
 		}
 		return acc * ((p0 * p1) * (p2 * p3))
 	case ReduceMax:
-		// Go's max returns NaN if either operand is NaN, as XLA's reduce-max does.
-		for _, v := range x {
-			acc = max(acc, v)
-		}
-		return acc
+		return maxRun(acc, x)
 	case ReduceMin:
-		for _, v := range x {
-			acc = min(acc, v)
-		}
-		return acc
+		return minRun(acc, x)
 	}
 	panic("kernels: unknown " + op.String())
+}
+
+// maxRun folds x into acc with Go's max, which returns NaN if either operand is NaN (as XLA's
+// reduce-max does) and +0 for max(-0, +0). That makes it associative and commutative, so eight
+// independent lanes give the same bits as one chain, without each comparison waiting on the
+// previous one (a single chain ran at a tenth of the sum's speed).
+func maxRun[T Number](acc T, x []T) T {
+	m0, m1, m2, m3, m4, m5, m6, m7 := acc, acc, acc, acc, acc, acc, acc, acc
+	for len(x) >= 8 {
+		m0 = max(m0, x[0])
+		m1 = max(m1, x[1])
+		m2 = max(m2, x[2])
+		m3 = max(m3, x[3])
+		m4 = max(m4, x[4])
+		m5 = max(m5, x[5])
+		m6 = max(m6, x[6])
+		m7 = max(m7, x[7])
+		x = x[8:]
+	}
+	for _, v := range x {
+		m0 = max(m0, v)
+	}
+	return max(max(max(m0, m1), max(m2, m3)), max(max(m4, m5), max(m6, m7)))
+}
+
+// minRun is maxRun for min (NaN wins, min(-0, +0) is -0).
+func minRun[T Number](acc T, x []T) T {
+	m0, m1, m2, m3, m4, m5, m6, m7 := acc, acc, acc, acc, acc, acc, acc, acc
+	for len(x) >= 8 {
+		m0 = min(m0, x[0])
+		m1 = min(m1, x[1])
+		m2 = min(m2, x[2])
+		m3 = min(m3, x[3])
+		m4 = min(m4, x[4])
+		m5 = min(m5, x[5])
+		m6 = min(m6, x[6])
+		m7 = min(m7, x[7])
+		x = x[8:]
+	}
+	for _, v := range x {
+		m0 = min(m0, v)
+	}
+	return min(min(min(m0, m1), min(m2, m3)), min(min(m4, m5), min(m6, m7)))
 }
 
 // combineRun sets dst[i] = op(dst[i], src[i]) for every i.

@@ -54,6 +54,55 @@ func TestReduceFloat32(t *testing.T) {
 	}
 }
 
+// TestMaxMinRun checks the eight-lane max and min against one chain of Go's max/min: the same
+// bits for NaN anywhere, mixed signed zeros, infinities, and lengths around the lane count.
+func TestMaxMinRun(t *testing.T) {
+	nan, inf, negZero := math.NaN(), math.Inf(1), math.Copysign(0, -1)
+	chain := func(op ReduceOp, acc float64, x []float64) float64 {
+		for _, v := range x {
+			if op == ReduceMax {
+				acc = max(acc, v)
+			} else {
+				acc = min(acc, v)
+			}
+		}
+		return acc
+	}
+	rng := rand.New(rand.NewPCG(35, 36))
+	specials := []float64{nan, inf, -inf, 0, negZero, 1, -1}
+	for _, n := range []int{0, 1, 7, 8, 9, 15, 16, 17, 33, 100} {
+		for trial := range 200 {
+			x := make([]float64, n)
+			for i := range x {
+				if rng.IntN(4) == 0 {
+					x[i] = specials[rng.IntN(len(specials))]
+				} else {
+					x[i] = float64(rng.IntN(5) - 2) // ties and zeros are common
+				}
+			}
+			acc := specials[trial%len(specials)]
+			for _, op := range []ReduceOp{ReduceMax, ReduceMin} {
+				got, want := reduceRun(op, acc, x), chain(op, acc, x)
+				if math.Float64bits(got) != math.Float64bits(want) && !(got != got && want != want) {
+					t.Fatalf("%s(acc=%v, %v) = %v, want %v", op, acc, x, got, want)
+				}
+				got32 := reduceRun(op, float32(acc), toFloat32(x))
+				if float64(got32) != float64(float32(want)) && !(got32 != got32 && want != want) || math.Signbit(float64(got32)) != math.Signbit(want) {
+					t.Fatalf("float32 %s(acc=%v, %v) = %v, want %v", op, acc, x, got32, want)
+				}
+			}
+		}
+	}
+}
+
+func toFloat32(x []float64) []float32 {
+	out := make([]float32, len(x))
+	for i, v := range x {
+		out[i] = float32(v)
+	}
+	return out
+}
+
 func TestReduceIntegers(t *testing.T) {
 	// Integer reductions are exact: sums of small values, max/min over the full range of uint8
 	// and int8 (their identities are the type's extremes).
