@@ -189,11 +189,20 @@ func ChunkedLogProbsAndEntropy(hidden, w, targets *Node, chunkRows int) (lp, ent
 	return Reshape(Concatenate(lps, 0), out...), Reshape(Concatenate(ents, 0), out...)
 }
 
-// Head is ChunkedHead over the model's LM head, in chunks sized for its vocabulary: f's
+// Head is ChunkedHead over the model's LM head, in chunks of HeadChunkRows (by default sized
+// for its vocabulary): f's
 // per-row outputs of the logits of hidden [..., hidden] (Forward's output, possibly scaled),
 // with their gradient, never holding the logits of the whole batch.
 func (m *Model) Head(ctx *context.Context, hidden *Node, inputs []*Node, f HeadFn) []*Node {
-	return ChunkedHead(hidden, m.headWeight(ctx, hidden.Graph()), inputs, LogitChunkRows(m.Config.VocabSize), f)
+	return ChunkedHead(hidden, m.headWeight(ctx, hidden.Graph()), inputs, m.headChunkRows(), f)
+}
+
+// headChunkRows is HeadChunkRows, or the chunk size for the model's vocabulary.
+func (m *Model) headChunkRows() int {
+	if m.HeadChunkRows > 0 {
+		return m.HeadChunkRows
+	}
+	return LogitChunkRows(m.Config.VocabSize)
 }
 
 // headWeight returns the LM head's weight [vocab, hidden]: lm_head, or the tied embeddings.

@@ -41,6 +41,10 @@ type Model struct {
 	// dtypes holds the file dtype of each tensor loaded from safetensors, which SaveHF writes
 	// back (a bf16 checkpoint stays bf16); nil for a new model (float32).
 	dtypes map[string]safetensors.DType
+	// HeadChunkRows is the number of rows (positions) whose logits Head and TokenLogProbs
+	// compute at a time; 0 sizes chunks for the vocabulary (LogitChunkRows). Graphs built
+	// afterwards use it.
+	HeadChunkRows int
 }
 
 // NewModel creates a model with freshly initialised weights in a new context. Initialisation
@@ -493,5 +497,5 @@ func MaskedMean(x, mask *Node) *Node {
 // and their gradient never exist for the whole batch at once.
 func (m *Model) TokenLogProbs(ctx *context.Context, tokens, targets *Node) *Node {
 	h := m.Forward(ctx, tokens)
-	return ChunkedLogProbs(h, m.headWeight(ctx, h.Graph()), targets, LogitChunkRows(m.Config.VocabSize))
+	return ChunkedLogProbs(h, m.headWeight(ctx, h.Graph()), targets, m.headChunkRows())
 }

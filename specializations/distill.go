@@ -114,15 +114,45 @@ func (s *GKD) PrepareBatch(data *estimators.Rollout, opts BatchOptions) ([]map[s
 	})
 }
 
+// outTokenJSD is the Output key of GKD's per-token divergence.
+const outTokenJSD = "token_jsd"
+
+// gkdConfig is the divergence's β and τ from the role's knobs.
+func (s *GKD) gkdConfig() loss.GKDConfig {
+	return loss.GKDConfig{Beta: s.cfg.Knobs.GKDBeta, Temperature: s.cfg.Knobs.GKDTemperature}
+}
+
+// ExtractModelOutput is the student's log-probs of the target tokens and its generalized JSD
+// to the teacher's logits at every position, from one chunked pass over the vocabulary (the
+// student's [R,T,V] logits never exist whole).
+func (s *GKD) ExtractModelOutput(ctx *context.Context, m *runtime.Model, batch Batch) (Output, error) {
+	if err := s.checkInputs(batch); err != nil {
+		return nil, err
+	}
+	teacher := batch[KeyTeacherLogits]
+	if teacher == nil {
+		return nil, fmt.Errorf("gkd: the batch has no %s", KeyTeacherLogits)
+	}
+	td := batch[bTokens].Shape().Dimensions
+	if want := []int{td[0], td[1], m.Config.VocabSize}; teacher.Rank() != 3 || teacher.Shape().Dimensions[0] != want[0] ||
+		teacher.Shape().Dimensions[1] != want[1] || teacher.Shape().Dimensions[2] != want[2] {
+		return nil, fmt.Errorf("gkd: student logits %v and teacher logits %s differ (same vocabulary needed)",
+			want, teacher.Shape())
+	}
+	cfg := s.gkdConfig()
+	if err := cfg.Check(); err != nil {
+		return nil, err
+	}
+	outs := headOutputs(ctx, m, batch, []*Node{teacher}, func(z *Node, rows []*Node) []*Node {
+		d, _ := loss.GeneralizedJSDTokens(z, rows[0], cfg) // cfg checked above
+		return []*Node{d}
+	})
+	return Output{KeyLogProbs: outs[0], outTokenJSD: outs[1]}, nil
+}
+
 // ComputeLoss is GKD's generalized JSD.
 func (s *GKD) ComputeLoss(out Output, batch Batch, r loss.Reducer) (*Node, map[string]*Node, error) {
-	logits, teacher := out[KeyLogits], batch[KeyTeacherLogits]
-	if !logits.Shape().Equal(teacher.Shape()) {
-		return nil, nil, fmt.Errorf("gkd: student logits %s and teacher logits %s differ (same vocabulary needed)",
-			logits.Shape(), teacher.Shape())
-	}
-	res, err := loss.GeneralizedJSD(logits, teacher, batch[bLossMask],
-		loss.GKDConfig{Beta: s.cfg.Knobs.GKDBeta, Temperature: s.cfg.Knobs.GKDTemperature}, r)
+	res, err := loss.ReduceGeneralizedJSD(out[outTokenJSD], batch[bLossMask], r)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -135,8 +165,10 @@ func (s *GKD) Loss() runtime.LossFn { return lossFn(s) }
 // Produce is the forward-only log_probs and full logits (a GKD teacher's role).
 func (s *GKD) Produce() runtime.OutputFn {
 	return func(ctx *context.Context, m *runtime.Model, batch map[string]*Node) map[string]*Node {
-		logits, lp := forward(ctx, m, batch)
-		return map[string]*Node{KeyLogProbs: lp, KeyLogits: logits}
+		// The teacher's full logits are its product (a wide column of the rollout); forward
+		// only, without gradient.
+		logits := m.Logits(ctx, hidden(ctx, m, batch))
+		return map[string]*Node{KeyLogProbs: runtime.LogProbs(logits, batch[bTargets]), KeyLogits: logits}
 	}
 }
 
@@ -165,8 +197,7 @@ func (s *DAgger) PrepareBatch(data *estimators.Rollout, opts BatchOptions) ([]ma
 
 // ExtractModelOutput is the log-probs of the teacher's labels.
 func (s *DAgger) ExtractModelOutput(ctx *context.Context, m *runtime.Model, batch Batch) (Output, error) {
-	logits := m.Logits(ctx, m.Forward(ctx, batch[bTokens]))
-	return Output{KeyLogProbs: runtime.LogProbs(logits, batch[bTeacherIDs])}, nil
+	return Output{KeyLogProbs: m.TokenLogProbs(ctx, batch[bTokens], batch[bTeacherIDs])}, nil
 }
 
 // ComputeLoss is the SFT cross-entropy on the teacher's labels.
@@ -184,8 +215,10 @@ func (s *DAgger) Loss() runtime.LossFn { return lossFn(s) }
 // Produce is the forward-only log_probs and greedy actions (token ids as floats).
 func (s *DAgger) Produce() runtime.OutputFn {
 	return func(ctx *context.Context, m *runtime.Model, batch map[string]*Node) map[string]*Node {
-		logits, lp := forward(ctx, m, batch)
-		return map[string]*Node{KeyLogProbs: lp, KeyActions: ConvertDType(ArgMax(logits, -1), dtypes.Float32)}
+		outs := headOutputs(ctx, m, batch, nil, func(z *Node, _ []*Node) []*Node {
+			return []*Node{ConvertDType(ArgMax(z, -1), dtypes.Float32)}
+		})
+		return map[string]*Node{KeyLogProbs: outs[0], KeyActions: outs[1]}
 	}
 }
 
