@@ -187,6 +187,7 @@ func Bench(b *Backend, m *Model, opt BenchOptions) ([]Measurement, error) {
 	if err != nil {
 		return nil, err
 	}
+	policy.ActivationCheckpointing = m.ActivationCheckpointing
 	refScorer := sc
 	tr, err := NewTrainer(b, policy, benchPolicyLoss, TrainerConfig{AdamW: DefaultAdamW(), MaxGradNorm: 1,
 		Schedule: Schedule{Kind: "constant", BaseLR: 1e-5}})
