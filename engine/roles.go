@@ -104,6 +104,7 @@ func openModel(rec *schema.Recipe, i int, saved string, starts map[string]string
 		return nil, "", fmt.Errorf("role %q: model %q: %w (built-in starting models: %s)", r.Name, src, err,
 			strings.Join(StarterNames(), ", "))
 	}
+	m.ActivationCheckpointing = r.Model.ActivationCheckpointing
 	dir := ""
 	if !builtinModel(src) {
 		dir = src

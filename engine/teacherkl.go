@@ -19,7 +19,12 @@ import (
 type klProbe struct {
 	student, teacher *runtime.Evaluator
 	pad              int32
+	vocab            int
 }
+
+// probeElements bounds the log-probs [rows, T, V] of one probe call per model (32 M float32,
+// 128 MiB): a real vocabulary (151,936) makes 64 sequences of 256 tokens 10 GB.
+const probeElements = 32 << 20
 
 func logSoftmaxFn(ctx *context.Context, m *runtime.Model, batch map[string]*graph.Node) map[string]*graph.Node {
 	return map[string]*graph.Node{"logp": runtime.LogSoftmaxLast(m.Logits(ctx, m.Forward(ctx, batch[bTokensKey])))}
@@ -41,13 +46,22 @@ func newKLProbe(b *runtime.Backend, student, teacher *runtime.Model) (*klProbe, 
 	if err != nil {
 		return nil, fmt.Errorf("teacher KL: %w", err)
 	}
-	return &klProbe{student: s, teacher: t, pad: int32(max(student.Config.PAD, 0))}, nil
+	return &klProbe{student: s, teacher: t, pad: int32(max(student.Config.PAD, 0)), vocab: student.Config.VocabSize}, nil
 }
 
 // measure returns the mean KL(student ‖ teacher) over the completion tokens of
 // prompts[i] + completions[i] (the distributions that predicted each completion token).
 func (p *klProbe) measure(prompts, completions [][]int32) (float64, error) {
-	const chunk = 64
+	longest := 0
+	for i := range prompts {
+		longest = max(longest, len(prompts[i])+len(completions[i]))
+	}
+	// Up to 64 sequences per call, fewer (a power of two, so the batch bucket is no larger)
+	// where their full distributions would exceed probeElements.
+	chunk := 64
+	for chunk > 1 && chunk*runtime.BucketLength(longest)*p.vocab > probeElements {
+		chunk /= 2
+	}
 	sum, n := 0.0, 0
 	for lo := 0; lo < len(prompts); lo += chunk {
 		hi := min(lo+chunk, len(prompts))

@@ -237,6 +237,7 @@ func benchTrain(b *Backend, m *Model, sc *Scorer, seqs [][]int32, rng *rand.Rand
 	if err != nil {
 		return err
 	}
+	policy.ActivationCheckpointing = m.ActivationCheckpointing
 	refScorer := sc
 	pad := int32(max(c.PAD, 0))
 	tokens, mask, err := PadTokens(seqs, rows, length, pad)

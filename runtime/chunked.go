@@ -1,49 +1,68 @@
 package runtime
 
 import (
+	"fmt"
+
 	"github.com/gomlx/gomlx/pkg/core/dtypes"
 	. "github.com/gomlx/gomlx/pkg/core/graph" //nolint:revive // graph-building code reads better unqualified.
 	"github.com/gomlx/gomlx/pkg/core/shapes"
 	"github.com/gomlx/gomlx/pkg/ml/context"
 )
 
-// logitChunkElements bounds the logits of one chunk (rows × vocab) that ChunkedLogProbs
+// logitChunkElements bounds the logits of one chunk (rows × vocab) that ChunkedHead
 // materialises at a time: 16 M float32, 64 MiB. A real vocabulary (Qwen's 151,936) makes the
 // [batch·seq, vocab] logits of a 8 × 256 batch 1.2 GiB, and their gradient as much again.
 const logitChunkElements = 16 << 20
 
-// LogitChunkRows returns the rows per chunk ChunkedLogProbs uses for a vocabulary.
+// LogitChunkRows returns the rows per chunk ChunkedHead uses for a vocabulary.
 func LogitChunkRows(vocab int) int { return max(1, logitChunkElements/vocab) }
 
-// ChunkedLogProbs is LogProbs(Linear(hidden, w), targets) — the log-probability of targets
-// [...] under the LM head w [vocab, d] applied to hidden [..., d] — computed over chunks of
-// chunkRows rows so that the logits exist one chunk at a time, in the forward pass and in the
-// gradient: a custom gradient recomputes each chunk's softmax instead of keeping the [rows,
-// vocab] logits (or their adjoint) of the whole batch. With chunkRows ≤ 0 or at least the
-// number of rows it is the plain computation.
+// HeadFn computes per-row outputs from one chunk of logits [rows, vocab] and the same rows of
+// the per-row inputs given to ChunkedHead (each [rows, ...]): every output is [rows], float.
+type HeadFn func(logits *Node, inputs []*Node) []*Node
+
+// ChunkedHead is f(Linear(hidden, w), inputs) — per-row functions of the logits of the LM head
+// w [vocab, d] applied to hidden [..., d] (log-probs, entropies, divergences to a teacher) —
+// computed over chunks of chunkRows rows, so that the logits exist one chunk at a time in the
+// forward pass and in the gradient: a custom gradient recomputes each chunk's logits and
+// differentiates f on that chunk alone, instead of keeping the [rows, vocab] logits (and the
+// intermediates of f, and their adjoints) of the whole batch. inputs are per-row tensors
+// whose leading axes are hidden's (targets [...], teacher logits [..., vocab]); they get no
+// gradient. The outputs are shaped like hidden without its last axis. With chunkRows ≤ 0 or at
+// least the number of rows it is the plain computation.
 //
-// The gradient is routed without slicing the adjoint (Slice's gradient needs Pad, which
-// SimpleGo lacks): the result is the chunked forward value plus two terms that are exactly 0
-// but whose gradients carry the incoming adjoint v into custom-gradient identities of hidden
-// and w, which return the true gradients
+// The gradient is routed without slicing the adjoints (Slice's gradient needs Pad, which
+// SimpleGo lacks): each output is the chunked forward value plus a term that is exactly 0 but
+// whose gradient carries that output's adjoint v_k into custom-gradient identities of hidden
+// and w (column k of hidden, flat positions k·n … k·n+n−1 of w), which return the true
+// gradients: with G = ∂(Σ_k v_k·f_k)/∂logits computed chunk by chunk,
 //
-//	∂/∂h_i = v_i·(w[t_i] − Σ_j p_ij·w_j),   ∂/∂w = Σ_i v_i·(onehot(t_i) − p_i) ⊗ h_i,
-//
-// p_i = softmax(h_i·wᵀ), both computed chunk by chunk.
-func ChunkedLogProbs(hidden, w, targets *Node, chunkRows int) *Node {
+//	∂/∂h = G·w,   ∂/∂w = Gᵀ·h.
+func ChunkedHead(hidden, w *Node, inputs []*Node, chunkRows int, f HeadFn) []*Node {
 	g := hidden.Graph()
 	dims := hidden.Shape().Dimensions
+	lead := dims[:len(dims)-1]
 	d := dims[len(dims)-1]
 	n := hidden.Shape().Size() / d
 	vocab := w.Shape().Dimensions[0]
-	if chunkRows <= 0 || chunkRows >= n || n > vocab*d {
-		return LogProbs(Linear(hidden, w), targets)
-	}
-	if targets.DType() != dtypes.Int32 {
-		targets = ConvertDType(targets, dtypes.Int32)
-	}
 	h := Reshape(hidden, n, d)
-	t := Reshape(targets, n)
+	in := make([]*Node, len(inputs))
+	for i, x := range inputs {
+		xd := x.Shape().Dimensions
+		if len(xd) < len(lead) || fmt.Sprint(xd[:len(lead)]) != fmt.Sprint(lead) {
+			panic(fmt.Errorf("ChunkedHead: input %d of shape %v does not start with the rows %v", i, xd, lead))
+		}
+		in[i] = StopGradient(Reshape(x, append([]int{n}, xd[len(lead):]...)...))
+	}
+	shape := func(outs []*Node) []*Node {
+		for i, o := range outs {
+			outs[i] = Reshape(o, lead...)
+		}
+		return outs
+	}
+	if chunkRows <= 0 || chunkRows >= n {
+		return shape(f(Linear(h, w), in))
+	}
 	hs, ws := StopGradient(h), StopGradient(w)
 	type span struct{ lo, hi int }
 	var spans []span
@@ -51,48 +70,99 @@ func ChunkedLogProbs(hidden, w, targets *Node, chunkRows int) *Node {
 		spans = append(spans, span{lo, min(lo+chunkRows, n)})
 	}
 	rows := func(x *Node, s span) *Node { return Slice(x, AxisRange(s.lo, s.hi)) }
-
-	parts := make([]*Node, len(spans))
-	for i, s := range spans {
-		parts[i] = LogProbs(Linear(rows(hs, s), ws), rows(t, s))
+	chunkInputs := func(s span) []*Node {
+		out := make([]*Node, len(in))
+		for i, x := range in {
+			out[i] = rows(x, s)
+		}
+		return out
 	}
-	value := Concatenate(parts, 0) // [n]
+
+	var parts [][]*Node // [output][chunk]
+	for _, s := range spans {
+		outs := f(Linear(rows(hs, s), ws), chunkInputs(s))
+		if parts == nil {
+			parts = make([][]*Node, len(outs))
+		}
+		for k, o := range outs {
+			parts[k] = append(parts[k], o)
+		}
+	}
+	K := len(parts)
+	if K > d || K*n > vocab*d {
+		// No room to route the adjoints (never for a real model): the plain computation.
+		return shape(f(Linear(h, w), in))
+	}
 
 	// The gradients, built once by whichever custom gradient runs first (both receive v).
 	var dh, dw *Node
-	grads := func(v *Node) {
+	grads := func(v []*Node) {
 		if dh != nil {
 			return
 		}
-		vh := Mul(hs, InsertAxes(v, -1)) // v_i·h_i
-		dw = ScatterSum(ZerosLike(ws), Reshape(t, n, 1), vh, false, false)
-		wt := Gather(ws, Reshape(t, n, 1)) // w[t_i], [n, d]
+		dw = ZerosLike(ws)
 		dhs := make([]*Node, len(spans))
 		for i, s := range spans {
-			p := Softmax(Linear(rows(hs, s), ws), -1)                          // [rows, vocab]
-			pv := Mul(p, InsertAxes(rows(v, s), -1))                           // v_i·p_i
-			expect := DotGeneralWithAxes(pv, []int{1}, nil, ws, []int{0}, nil) // Σ_j v_i·p_ij·w_j
-			dhs[i] = Sub(Mul(rows(wt, s), InsertAxes(rows(v, s), -1)), expect)
-			dw = Sub(dw, DotGeneralWithAxes(pv, []int{0}, nil, rows(hs, s), []int{0}, nil)) // Σ_i v_i·p_i ⊗ h_i
+			z := Linear(rows(hs, s), ws) // [rows, vocab], recomputed
+			outs := f(z, chunkInputs(s))
+			var dot *Node
+			for k, o := range outs {
+				t := ReduceAllSum(Mul(o, ConvertDType(rows(v[k], s), o.DType())))
+				if dot == nil {
+					dot = t
+				} else {
+					dot = Add(dot, t)
+				}
+			}
+			gz := Gradient(dot, z)[0]                                                       // [rows, vocab]
+			dhs[i] = DotGeneralWithAxes(gz, []int{1}, nil, ws, []int{0}, nil)               // G·w
+			dw = Add(dw, DotGeneralWithAxes(gz, []int{0}, nil, rows(hs, s), []int{0}, nil)) // Gᵀ·h
 		}
 		dh = Concatenate(dhs, 0)
 	}
-	e0 := make([]float32, d)
-	e0[0] = 1
-	col0 := Reshape(Const(g, e0), 1, d)
-	first := Iota(g, shapes.Make(dtypes.Int32, n, 1), 0) // flat positions 0..n-1 of w
+	// Column k of h and flat positions k·n … k·n+n−1 of w carry output k's adjoint; they are
+	// picked by a product with a unit vector and by a gather, whose gradients need no Pad.
+	colOf := func(x *Node, k int) *Node { // x [n, d] → x[:, k]
+		e := make([]float32, d)
+		e[k] = 1
+		return ReduceSum(Mul(x, Reshape(Const(g, e), 1, d)), -1)
+	}
+	flatOf := func(x *Node, k int) *Node { // x [vocab, d] → flat x[k·n … k·n+n−1]
+		pos := AddScalar(Iota(g, shapes.Make(dtypes.Int32, n, 1), 0), float64(k*n))
+		return Reshape(Gather(Reshape(x, vocab*d, 1), pos), n)
+	}
+	adjoints := func(adj *Node, pick func(*Node, int) *Node) []*Node {
+		v := make([]*Node, K)
+		for k := range v {
+			v[k] = pick(adj, k)
+		}
+		return v
+	}
 	hc := IdentityWithCustomGradient(h, func(_, adj *Node) *Node {
-		grads(ReduceSum(Mul(adj, col0), -1))
+		grads(adjoints(adj, colOf))
 		return dh
 	})
 	wc := IdentityWithCustomGradient(w, func(_, adj *Node) *Node {
-		grads(Reshape(Gather(Reshape(adj, vocab*d, 1), first), n))
+		grads(adjoints(adj, flatOf))
 		return dw
 	})
-	zh := ReduceSum(Mul(hc, col0), -1)
-	zw := Reshape(Gather(Reshape(wc, vocab*d, 1), first), n)
-	carry := Add(Sub(zh, StopGradient(zh)), Sub(zw, StopGradient(zw))) // exactly 0
-	return Reshape(Add(value, carry), dims[:len(dims)-1]...)
+	outs := make([]*Node, K)
+	for k := range K {
+		value := Concatenate(parts[k], 0) // [n]
+		zh, zw := colOf(hc, k), flatOf(wc, k)
+		carry := Add(Sub(zh, StopGradient(zh)), Sub(zw, StopGradient(zw))) // exactly 0
+		outs[k] = Add(value, ConvertDType(carry, value.DType()))
+	}
+	return shape(outs)
+}
+
+// ChunkedLogProbs is LogProbs(Linear(hidden, w), targets) — the log-probability of targets
+// [...] under the LM head w [vocab, d] applied to hidden [..., d] — over chunks of chunkRows
+// rows, with the chunked gradient of ChunkedHead.
+func ChunkedLogProbs(hidden, w, targets *Node, chunkRows int) *Node {
+	return ChunkedHead(hidden, w, []*Node{targets}, chunkRows, func(z *Node, in []*Node) []*Node {
+		return []*Node{LogProbs(z, in[0])}
+	})[0]
 }
 
 // ChunkedLogProbsAndEntropy returns LogProbs and Entropy of Linear(hidden, w) without
@@ -117,6 +187,22 @@ func ChunkedLogProbsAndEntropy(hidden, w, targets *Node, chunkRows int) (lp, ent
 	}
 	out := dims[:len(dims)-1]
 	return Reshape(Concatenate(lps, 0), out...), Reshape(Concatenate(ents, 0), out...)
+}
+
+// Head is ChunkedHead over the model's LM head, in chunks of HeadChunkRows (by default sized
+// for its vocabulary): f's
+// per-row outputs of the logits of hidden [..., hidden] (Forward's output, possibly scaled),
+// with their gradient, never holding the logits of the whole batch.
+func (m *Model) Head(ctx *context.Context, hidden *Node, inputs []*Node, f HeadFn) []*Node {
+	return ChunkedHead(hidden, m.headWeight(ctx, hidden.Graph()), inputs, m.headChunkRows(), f)
+}
+
+// headChunkRows is HeadChunkRows, or the chunk size for the model's vocabulary.
+func (m *Model) headChunkRows() int {
+	if m.HeadChunkRows > 0 {
+		return m.HeadChunkRows
+	}
+	return LogitChunkRows(m.Config.VocabSize)
 }
 
 // headWeight returns the LM head's weight [vocab, hidden]: lm_head, or the tied embeddings.

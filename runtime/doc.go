@@ -12,6 +12,11 @@
 //   - the flow roles' velocity MLP (VelocityModel, BuiltinVelocityConfig "flow_mlp");
 //     both kinds of model implement Weights, the parameter interface that the trainer, the
 //     evaluator and the checkpoint format work on;
+//   - memory at real scale: per-row functions of the LM head's logits (log-probs, entropies,
+//     divergences to a teacher) over chunks of rows with a gradient that recomputes each
+//     chunk (ChunkedHead, Model.Head, TokenLogProbs), so that a training graph never holds the
+//     [batch·seq, vocab] logits; activation checkpointing of the decoder layers
+//     (Model.ActivationCheckpointing, Checkpoint);
 //   - Hugging Face layout IO (LoadModel, OpenModel, Model.SaveHF) on top of
 //     runtime/safetensors: f32, bf16, f16 and f64 weights, saved back in their dtype; configs
 //     and safetensors headers checked against size limits before anything is allocated; a

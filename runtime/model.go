@@ -41,6 +41,15 @@ type Model struct {
 	// dtypes holds the file dtype of each tensor loaded from safetensors, which SaveHF writes
 	// back (a bf16 checkpoint stays bf16); nil for a new model (float32).
 	dtypes map[string]safetensors.DType
+	// HeadChunkRows is the number of rows (positions) whose logits Head and TokenLogProbs
+	// compute at a time; 0 sizes chunks for the vocabulary (LogitChunkRows). Graphs built
+	// afterwards use it.
+	HeadChunkRows int
+	// ActivationCheckpointing keeps only each decoder layer's input for the backward pass of a
+	// training graph and recomputes the layer's activations there (Checkpoint): about one
+	// more forward pass of compute for activations that no longer grow with the layer's width.
+	// Graphs built afterwards use it.
+	ActivationCheckpointing bool
 }
 
 // NewModel creates a model with freshly initialised weights in a new context. Initialisation
@@ -247,7 +256,7 @@ type kvCache struct {
 // 0..seq-1, returning the final-normed hidden states [batch, seq, hidden]. Right padding is
 // harmless: causal attention never lets a real position see a later pad.
 func (m *Model) Forward(ctx *context.Context, tokens *Node) *Node {
-	h, _ := m.forward(ctx, tokens, nil, nil, nil)
+	h, _ := m.decoder(ctx, tokens, nil, nil, nil, m.ActivationCheckpointing)
 	return h
 }
 
@@ -275,6 +284,12 @@ func (m *Model) ValueHead(ctx *context.Context, hidden *Node) *Node {
 // model has one); past holds earlier keys/values
 // (nil: none). It returns the hidden states and this call's keys and transposed values.
 func (m *Model) forward(ctx *context.Context, tokens, positions, bias *Node, past *kvCache) (*Node, kvCache) {
+	return m.decoder(ctx, tokens, positions, bias, past, false)
+}
+
+// decoder is forward, with each layer checkpointed (Checkpoint) when checkpoint is set; it
+// then returns no keys and values (a training graph needs none).
+func (m *Model) decoder(ctx *context.Context, tokens, positions, bias *Node, past *kvCache, checkpoint bool) (*Node, kvCache) {
 	c := m.Config
 	g := tokens.Graph()
 	batch, seq := tokens.Shape().Dimensions[0], tokens.Shape().Dimensions[1]
@@ -307,46 +322,89 @@ func (m *Model) forward(ctx *context.Context, tokens, positions, bias *Node, pas
 	var present kvCache
 	for l := range c.Layers {
 		pre := fmt.Sprintf("model.layers.%d.", l)
-		h := rmsNorm(x, m.weight(ctx, g, pre+"input_layernorm.weight"), c.RMSNormEps)
+		if checkpoint && past == nil {
+			names := m.layerParams(pre)
+			weights := make([]*Node, len(names))
+			for i, n := range names {
+				weights[i] = m.weight(ctx, g, n)
+			}
+			x = Checkpoint(x, weights, func(x *Node, weights []*Node) *Node {
+				y, _, _ := m.layer(x, pre, lookup(names, weights), cos, sin, bias, nil, nil, nil)
+				return y
+			})
+			continue
+		}
 		var pk, pvT *Node
 		if past != nil {
 			pk, pvT = past.k[l], past.vT[l]
 		}
-		attn, k, vT := m.attention(ctx, h, pre, cos, sin, bias, pk, pvT, pastBias)
+		var k, vT *Node
+		x, k, vT = m.layer(x, pre, func(name string) *Node { return m.weight(ctx, g, name) }, cos, sin, bias, pk, pvT, pastBias)
 		present.k = append(present.k, k)
 		present.vT = append(present.vT, vT)
-		x = Add(x, attn)
-		h = rmsNorm(x, m.weight(ctx, g, pre+"post_attention_layernorm.weight"), c.RMSNormEps)
-		gate := Linear(h, m.weight(ctx, g, pre+"mlp.gate_proj.weight"))
-		up := Linear(h, m.weight(ctx, g, pre+"mlp.up_proj.weight"))
-		act := Mul(Mul(gate, Sigmoid(gate)), up) // SwiGLU: silu(gate)·up
-		x = Add(x, Linear(act, m.weight(ctx, g, pre+"mlp.down_proj.weight")))
 	}
 	return rmsNorm(x, m.weight(ctx, g, "model.norm.weight"), c.RMSNormEps), present
+}
+
+// layerParams lists the names of the tensors of the decoder layer whose names start with pre.
+func (m *Model) layerParams(pre string) []string {
+	var names []string
+	for _, p := range m.params {
+		if strings.HasPrefix(p.Name, pre) {
+			names = append(names, p.Name)
+		}
+	}
+	return names
+}
+
+// lookup maps names[i] to nodes[i].
+func lookup(names []string, nodes []*Node) func(string) *Node {
+	return func(name string) *Node {
+		for i, n := range names {
+			if n == name {
+				return nodes[i]
+			}
+		}
+		panic(fmt.Errorf("model tensor %q is not one of the layer's", name))
+	}
+}
+
+// layer is one pre-norm decoder layer (attention and SwiGLU MLP, each with a residual) on x
+// [B,T,hidden], its tensors named pre+… found by w. It returns the layer's output and its
+// attention's new keys and transposed values (see attention).
+func (m *Model) layer(x *Node, pre string, w func(string) *Node, cos, sin, bias, pastK, pastVT, pastBias *Node) (y, k, vT *Node) {
+	c := m.Config
+	h := rmsNorm(x, w(pre+"input_layernorm.weight"), c.RMSNormEps)
+	attn, k, vT := m.attention(h, pre, w, cos, sin, bias, pastK, pastVT, pastBias)
+	x = Add(x, attn)
+	h = rmsNorm(x, w(pre+"post_attention_layernorm.weight"), c.RMSNormEps)
+	gate := Linear(h, w(pre+"mlp.gate_proj.weight"))
+	up := Linear(h, w(pre+"mlp.up_proj.weight"))
+	act := Mul(Mul(gate, Sigmoid(gate)), up) // SwiGLU: silu(gate)·up
+	return Add(x, Linear(act, w(pre+"mlp.down_proj.weight"))), k, vT
 }
 
 // attention is one grouped-query attention block. h [B,T,hidden]; bias [B,1,1,T,T]; with a
 // past, pastK [B,kvh,S,hd], pastVT [B,kvh,hd,S] and pastBias [B,1,1,T,S]. It returns the
 // block's output [B,T,hidden], the new keys [B,kvh,T,hd] (after RoPE) and the new values
 // transposed [B,kvh,hd,T].
-func (m *Model) attention(ctx *context.Context, h *Node, pre string, cos, sin, bias, pastK, pastVT, pastBias *Node) (out, k, vT *Node) {
+func (m *Model) attention(h *Node, pre string, w func(string) *Node, cos, sin, bias, pastK, pastVT, pastBias *Node) (out, k, vT *Node) {
 	c := m.Config
-	g := h.Graph()
 	b, t := h.Shape().Dimensions[0], h.Shape().Dimensions[1]
 	hd, kvh := c.HeadDim(), c.KVHeads
 	group := c.Heads / kvh
 	proj := func(name string) *Node {
-		y := Linear(h, m.weight(ctx, g, pre+"self_attn."+name+".weight"))
+		y := Linear(h, w(pre+"self_attn."+name+".weight"))
 		if c.AttentionBias {
-			y = Add(y, lastAxis(m.weight(ctx, g, pre+"self_attn."+name+".bias"), y.Rank()))
+			y = Add(y, lastAxis(w(pre+"self_attn."+name+".bias"), y.Rank()))
 		}
 		return y
 	}
 	q := Reshape(proj("q_proj"), b, t, c.Heads, hd)
 	k = Reshape(proj("k_proj"), b, t, kvh, hd)
 	if c.QKNorm { // Qwen3: RMSNorm of every head before RoPE
-		q = rmsNorm(q, m.weight(ctx, g, pre+"self_attn.q_norm.weight"), c.RMSNormEps)
-		k = rmsNorm(k, m.weight(ctx, g, pre+"self_attn.k_norm.weight"), c.RMSNormEps)
+		q = rmsNorm(q, w(pre+"self_attn.q_norm.weight"), c.RMSNormEps)
+		k = rmsNorm(k, w(pre+"self_attn.k_norm.weight"), c.RMSNormEps)
 	}
 	q = applyRope(q, cos, sin)
 	k = applyRope(k, cos, sin)
@@ -389,9 +447,9 @@ func (m *Model) attention(ctx *context.Context, h *Node, pre string, cos, sin, b
 	}
 	o = Div(Reshape(o, b, kvh, group, t, hd), den) // den [B,kvh,group,T,1]
 	o = TransposeAllAxes(o, 0, 3, 1, 2, 4)         // [B,T,kvh,group,hd]
-	out = Linear(Reshape(o, b, t, c.Heads*hd), m.weight(ctx, g, pre+"self_attn.o_proj.weight"))
+	out = Linear(Reshape(o, b, t, c.Heads*hd), w(pre+"self_attn.o_proj.weight"))
 	if c.OutputBias {
-		out = Add(out, lastAxis(m.weight(ctx, g, pre+"self_attn.o_proj.bias"), out.Rank()))
+		out = Add(out, lastAxis(w(pre+"self_attn.o_proj.bias"), out.Rank()))
 	}
 	return out, k, vT
 }
@@ -493,5 +551,5 @@ func MaskedMean(x, mask *Node) *Node {
 // and their gradient never exist for the whole batch at once.
 func (m *Model) TokenLogProbs(ctx *context.Context, tokens, targets *Node) *Node {
 	h := m.Forward(ctx, tokens)
-	return ChunkedLogProbs(h, m.headWeight(ctx, h.Graph()), targets, LogitChunkRows(m.Config.VocabSize))
+	return ChunkedLogProbs(h, m.headWeight(ctx, h.Graph()), targets, m.headChunkRows())
 }

@@ -46,6 +46,8 @@ type Model struct {
 	Source   string `json:"source"`
 	InitFrom string `json:"init_from,omitempty"`
 	DType    string `json:"dtype"`
+	// ActivationCheckpointing recomputes each decoder layer's activations in the backward pass.
+	ActivationCheckpointing bool `json:"activation_checkpointing,omitempty"`
 }
 
 // Sync moves keys a source role produces into a target role's batch.

@@ -5,6 +5,7 @@ import (
 
 	. "github.com/gomlx/gomlx/pkg/core/graph" //nolint:revive // graph-building code reads better unqualified.
 	"github.com/gomlx/gomlx/pkg/core/tensors"
+	"github.com/gomlx/gomlx/pkg/ml/context"
 
 	"stx.dev/stx/estimators"
 	"stx.dev/stx/rollout"
@@ -233,6 +234,20 @@ func boundNodes(batch Batch, keys ...string) ([]*Node, error) {
 	return nodes, nil
 }
 
+// outEntropy is the Output key of the per-token entropy of the policy's next-token
+// distribution (temperature-scaled, as its log-probs).
+const outEntropy = "entropy"
+
+// ExtractModelOutput is the policy's log-probs of the target tokens and the entropy of each
+// next-token distribution, from one chunked pass over the vocabulary.
+func (a *actor) ExtractModelOutput(ctx *context.Context, m *runtime.Model, batch Batch) (Output, error) {
+	if err := a.checkInputs(batch); err != nil {
+		return nil, err
+	}
+	outs := headOutputs(ctx, m, batch, nil, func(z *Node, _ []*Node) []*Node { return []*Node{loss.Entropy(z)} })
+	return Output{rollout.KeyLogProbs: outs[0], outEntropy: outs[1]}, nil
+}
+
 // ComputeLoss is the full actor objective.
 func (a *actor) ComputeLoss(out Output, batch Batch, r loss.Reducer) (*Node, map[string]*Node, error) {
 	k := a.cfg.Knobs
@@ -276,7 +291,7 @@ func (a *actor) ComputeLoss(out Output, batch Batch, r loss.Reducer) (*Node, map
 		return nil, nil, err
 	}
 	// The entropy's gradient is scaled by its coefficient, a batch input: 0 gives none.
-	terms := loss.ActorTerms{Entropy: loss.Entropy(out[rollout.KeyLogits]), EntropyCoef: batch[bEntropyCoef]}
+	terms := loss.ActorTerms{Entropy: out[outEntropy], EntropyCoef: batch[bEntropyCoef]}
 	if k.UseKLLoss {
 		kl, err := loss.KL(lp, batch[rollout.KeyRefLogProbs], a.kl)
 		if err != nil {

@@ -156,15 +156,45 @@ func (s *gkd) PrepareBatch(data *rollout.Rollout, opts BatchOptions) ([]map[stri
 	})
 }
 
+// outTokenJSD is the Output key of GKD's per-token divergence.
+const outTokenJSD = "token_jsd"
+
+// gkdConfig is the divergence's β and τ from the role's knobs.
+func (s *gkd) gkdConfig() loss.GKDConfig {
+	return loss.GKDConfig{Beta: s.cfg.Knobs.GKDBeta, Temperature: s.cfg.Knobs.GKDTemperature}
+}
+
+// ExtractModelOutput is the student's log-probs of the target tokens and its generalized JSD
+// to the teacher's logits at every position, from one chunked pass over the vocabulary (the
+// student's [R,T,V] logits never exist whole).
+func (s *gkd) ExtractModelOutput(ctx *context.Context, m *runtime.Model, batch Batch) (Output, error) {
+	if err := s.checkInputs(batch); err != nil {
+		return nil, err
+	}
+	teacher := batch[rollout.KeyTeacherLogits]
+	if teacher == nil {
+		return nil, fmt.Errorf("gkd: the batch has no %s", rollout.KeyTeacherLogits)
+	}
+	td := batch[bTokens].Shape().Dimensions
+	if want := []int{td[0], td[1], m.Config.VocabSize}; teacher.Rank() != 3 || teacher.Shape().Dimensions[0] != want[0] ||
+		teacher.Shape().Dimensions[1] != want[1] || teacher.Shape().Dimensions[2] != want[2] {
+		return nil, fmt.Errorf("gkd: student logits %v and teacher logits %s differ (same vocabulary needed)",
+			want, teacher.Shape())
+	}
+	cfg := s.gkdConfig()
+	if err := cfg.Check(); err != nil {
+		return nil, err
+	}
+	outs := headOutputs(ctx, m, batch, []*Node{teacher}, func(z *Node, rows []*Node) []*Node {
+		d, _ := loss.GeneralizedJSDTokens(z, rows[0], cfg) // cfg checked above
+		return []*Node{d}
+	})
+	return Output{rollout.KeyLogProbs: outs[0], outTokenJSD: outs[1]}, nil
+}
+
 // ComputeLoss is GKD's generalized JSD.
 func (s *gkd) ComputeLoss(out Output, batch Batch, r loss.Reducer) (*Node, map[string]*Node, error) {
-	logits, teacher := out[rollout.KeyLogits], batch[rollout.KeyTeacherLogits]
-	if !logits.Shape().Equal(teacher.Shape()) {
-		return nil, nil, fmt.Errorf("gkd: student logits %s and teacher logits %s differ (same vocabulary needed)",
-			logits.Shape(), teacher.Shape())
-	}
-	res, err := loss.GeneralizedJSD(logits, teacher, batch[bLossMask],
-		loss.GKDConfig{Beta: s.cfg.Knobs.GKDBeta, Temperature: s.cfg.Knobs.GKDTemperature}, r)
+	res, err := loss.ReduceGeneralizedJSD(out[outTokenJSD], batch[bLossMask], r)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -177,8 +207,10 @@ func (s *gkd) Loss() runtime.LossFn { return lossFn(s) }
 // Produce is the forward-only log_probs and full logits (a GKD teacher's role).
 func (s *gkd) Produce() runtime.OutputFn {
 	return func(ctx *context.Context, m *runtime.Model, batch map[string]*Node) map[string]*Node {
-		logits, lp := forward(ctx, m, batch)
-		return map[string]*Node{rollout.KeyLogProbs: lp, rollout.KeyLogits: logits}
+		// The teacher's full logits are its product (a wide column of the rollout); forward
+		// only, without gradient.
+		logits := m.Logits(ctx, hidden(ctx, m, batch))
+		return map[string]*Node{rollout.KeyLogProbs: runtime.LogProbs(logits, batch[bTargets]), rollout.KeyLogits: logits}
 	}
 }
 
@@ -207,8 +239,7 @@ func (s *dagger) PrepareBatch(data *rollout.Rollout, opts BatchOptions) ([]map[s
 
 // ExtractModelOutput is the log-probs of the teacher's labels.
 func (s *dagger) ExtractModelOutput(ctx *context.Context, m *runtime.Model, batch Batch) (Output, error) {
-	logits := m.Logits(ctx, m.Forward(ctx, batch[bTokens]))
-	return Output{rollout.KeyLogProbs: runtime.LogProbs(logits, batch[bTeacherIDs])}, nil
+	return Output{rollout.KeyLogProbs: m.TokenLogProbs(ctx, batch[bTokens], batch[bTeacherIDs])}, nil
 }
 
 // ComputeLoss is the SFT cross-entropy on the teacher's labels.
@@ -226,8 +257,10 @@ func (s *dagger) Loss() runtime.LossFn { return lossFn(s) }
 // Produce is the forward-only log_probs and greedy actions (token ids as floats).
 func (s *dagger) Produce() runtime.OutputFn {
 	return func(ctx *context.Context, m *runtime.Model, batch map[string]*Node) map[string]*Node {
-		logits, lp := forward(ctx, m, batch)
-		return map[string]*Node{rollout.KeyLogProbs: lp, rollout.KeyActions: ConvertDType(ArgMax(logits, -1), dtypes.Float32)}
+		outs := headOutputs(ctx, m, batch, nil, func(z *Node, _ []*Node) []*Node {
+			return []*Node{ConvertDType(ArgMax(z, -1), dtypes.Float32)}
+		})
+		return map[string]*Node{rollout.KeyLogProbs: outs[0], rollout.KeyActions: outs[1]}
 	}
 }
 

@@ -69,31 +69,59 @@ func (b lmBase) Reducer(batch Batch) loss.Reducer {
 	return r
 }
 
-// forward returns the logits [R,T,V] and the target log-probs [R,T]; in a tempered role's
-// batch (bInvTemp) both are those of the temperature-scaled distribution, logits/T.
-func forward(ctx *context.Context, m *runtime.Model, batch Batch) (logits, logp *Node) {
-	logits = m.Logits(ctx, m.Forward(ctx, batch[bTokens]))
+// hidden returns the final hidden states [R,T,d] of the batch's tokens; in a tempered role's
+// batch (bInvTemp) scaled by 1/temperature, so that the head's logits are those of the
+// temperature-scaled distribution (Linear(h/T, W) = logits/T).
+func hidden(ctx *context.Context, m *runtime.Model, batch Batch) *Node {
+	h := m.Forward(ctx, batch[bTokens])
 	if inv := batch[bInvTemp]; inv != nil {
-		logits = Mul(logits, ConvertDType(inv, logits.DType()))
+		h = Mul(h, ConvertDType(inv, h.DType()))
 	}
-	return logits, runtime.LogProbs(logits, batch[bTargets])
+	return h
 }
 
-// ExtractModelOutput is the policy's logits and log-probs of the target tokens.
-func (b lmBase) ExtractModelOutput(ctx *context.Context, m *runtime.Model, batch Batch) (Output, error) {
+// headOutputs returns the target log-probs [R,T] and f's further per-token outputs of the
+// (temperature-scaled, see hidden) next-token logits, each [R,T], given the rows of inputs.
+// The logits are computed over chunks of rows (runtime.ChunkedHead), forward and backward:
+// with a real vocabulary, the [R,T,V] logits of a whole batch and their gradient would not fit.
+func headOutputs(ctx *context.Context, m *runtime.Model, batch Batch, inputs []*Node, f runtime.HeadFn) []*Node {
+	in := append([]*Node{batch[bTargets]}, inputs...)
+	return m.Head(ctx, hidden(ctx, m, batch), in, func(z *Node, rows []*Node) []*Node {
+		out := []*Node{runtime.LogProbs(z, rows[0])}
+		if f != nil {
+			out = append(out, f(z, rows[1:])...)
+		}
+		return out
+	})
+}
+
+// forward returns the target log-probs [R,T]; in a tempered role's batch (bInvTemp) those of
+// the temperature-scaled distribution, logits/T.
+func forward(ctx *context.Context, m *runtime.Model, batch Batch) *Node {
+	return headOutputs(ctx, m, batch, nil, nil)[0]
+}
+
+// checkInputs reports a batch without the tokens and targets every LM output needs.
+func (b lmBase) checkInputs(batch Batch) error {
 	if batch[bTokens] == nil || batch[bTargets] == nil {
-		return nil, fmt.Errorf("%s: the batch has no tokens/targets", b.contract.Name)
+		return fmt.Errorf("%s: the batch has no tokens/targets", b.contract.Name)
 	}
-	logits, lp := forward(ctx, m, batch)
-	return Output{rollout.KeyLogits: logits, rollout.KeyLogProbs: lp}, nil
+	return nil
+}
+
+// ExtractModelOutput is the policy's log-probs of the target tokens.
+func (b lmBase) ExtractModelOutput(ctx *context.Context, m *runtime.Model, batch Batch) (Output, error) {
+	if err := b.checkInputs(batch); err != nil {
+		return nil, err
+	}
+	return Output{rollout.KeyLogProbs: forward(ctx, m, batch)}, nil
 }
 
 // Produce is the forward-only log_probs (with the in-role reference the same function
 // runs on the frozen copy, see Producer).
 func (b lmBase) Produce() runtime.OutputFn {
 	return func(ctx *context.Context, m *runtime.Model, batch map[string]*Node) map[string]*Node {
-		_, lp := forward(ctx, m, batch)
-		return map[string]*Node{rollout.KeyLogProbs: lp}
+		return map[string]*Node{rollout.KeyLogProbs: forward(ctx, m, batch)}
 	}
 }
 

@@ -102,6 +102,14 @@ type GKDConfig struct {
 	Temperature float64 // τ > 0 applied to both logits; default 1
 }
 
+// Check reports a β outside [0, 1] or a τ ≤ 0.
+func (c GKDConfig) Check() error {
+	if c.Beta < 0 || c.Beta > 1 || c.Temperature <= 0 {
+		return fmt.Errorf("gkd: need beta in [0, 1] and temperature > 0, got %g, %g", c.Beta, c.Temperature)
+	}
+	return nil
+}
+
 // GeneralizedJSD is GKD's per-token divergence over full distributions
 // (Agarwal et al., 2024): with S = softmax(z_S/τ), T = softmax(z_T/τ), β = 0 gives KL(T‖S), β = 1 gives
 // KL(S‖T) (special-cased, not limits), and 0 < β < 1 gives
@@ -109,8 +117,8 @@ type GKDConfig struct {
 // [B,T,V], mask [B,T]; the teacher gets no gradient. L = agg(D, mask) with r; trl's
 // "batchmean" (Σ_valid D / #valid) is token-mean. Aux: token_loss (D).
 func GeneralizedJSD(studentLogits, teacherLogits, mask *Node, cfg GKDConfig, r Reducer) (Result, error) {
-	if cfg.Beta < 0 || cfg.Beta > 1 || cfg.Temperature <= 0 {
-		return Result{}, fmt.Errorf("gkd: need beta in [0, 1] and temperature > 0, got %g, %g", cfg.Beta, cfg.Temperature)
+	if err := cfg.Check(); err != nil {
+		return Result{}, err
 	}
 	if studentLogits == nil || teacherLogits == nil || mask == nil {
 		return Result{}, fmt.Errorf("gkd: student logits, teacher logits and mask are required")
@@ -123,17 +131,36 @@ func GeneralizedJSD(studentLogits, teacherLogits, mask *Node, cfg GKDConfig, r R
 		mask.Shape().Dimensions[1] != studentLogits.Shape().Dimensions[1] {
 		return Result{}, fmt.Errorf("gkd: mask %s does not match logits %s", mask.Shape(), studentLogits.Shape())
 	}
+	d, err := GeneralizedJSDTokens(studentLogits, teacherLogits, cfg)
+	if err != nil {
+		return Result{}, err
+	}
+	return ReduceGeneralizedJSD(d, mask, r)
+}
+
+// GeneralizedJSDTokens is GeneralizedJSD's divergence at every position, logits [..., V] →
+// [...], without mask or reduction: what a chunked head computes one chunk of rows at a time.
+func GeneralizedJSDTokens(studentLogits, teacherLogits *Node, cfg GKDConfig) (*Node, error) {
+	if err := cfg.Check(); err != nil {
+		return nil, err
+	}
 	logS := LogSoftmax(MulScalar(studentLogits, 1/cfg.Temperature), -1)
 	logT := StopGradient(LogSoftmax(MulScalar(toDType(teacherLogits, studentLogits), 1/cfg.Temperature), -1))
-	var d *Node
 	switch cfg.Beta {
 	case 0:
-		d = klCategorical(logT, logS)
+		return klCategorical(logT, logS), nil
 	case 1:
-		d = klCategorical(logS, logT)
-	default:
-		logM := LogAddExp(AddScalar(logT, math.Log(cfg.Beta)), AddScalar(logS, math.Log1p(-cfg.Beta)))
-		d = Add(MulScalar(klCategorical(logT, logM), cfg.Beta), MulScalar(klCategorical(logS, logM), 1-cfg.Beta))
+		return klCategorical(logS, logT), nil
+	}
+	logM := LogAddExp(AddScalar(logT, math.Log(cfg.Beta)), AddScalar(logS, math.Log1p(-cfg.Beta)))
+	return Add(MulScalar(klCategorical(logT, logM), cfg.Beta), MulScalar(klCategorical(logS, logM), 1-cfg.Beta)), nil
+}
+
+// ReduceGeneralizedJSD is GeneralizedJSD's loss from the per-token divergences d [B,T]
+// (GeneralizedJSDTokens) and mask [B,T]. Aux: token_loss (d, 0 outside the mask).
+func ReduceGeneralizedJSD(d, mask *Node, r Reducer) (Result, error) {
+	if !sameDims(d, mask) {
+		return Result{}, fmt.Errorf("gkd: mask %s does not match the divergences %s", mask.Shape(), d.Shape())
 	}
 	// Positions outside the mask may hold garbage logits: zero them before reducing.
 	d = keep(d, mask)
