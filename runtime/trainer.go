@@ -78,15 +78,8 @@ func NewTrainer[M Weights](backend backends.Backend, m M, loss LossOf[M], cfg Tr
 		t.trainVar = append(t.trainVar, v)
 		t.trainIdx = append(t.trainIdx, i)
 		t.decay = append(t.decay, !(cfg.AdamW.NoDecayNormsAndBiases && len(p.Shape) == 1))
-		zeros := func(kind string) *context.Variable {
-			ctx := m.Context().InAbsPath(optimizerScope + "/" + kind + v.Scope()).Checked(false)
-			st := ctx.VariableWithValue(v.Name(), tensors.FromShape(v.Shape()))
-			st.SetTrainable(false)
-			return st
-		}
-		t.mVar = append(t.mVar, zeros("m"))
-		t.vVar = append(t.vVar, zeros("v"))
-		t.accVar = append(t.accVar, zeros("grad_accum"))
+		t.mVar = append(t.mVar, t.zeros("m", v))
+		t.vVar = append(t.vVar, t.zeros("v", v))
 	}
 	if len(t.trainVar) == 0 {
 		return nil, fmt.Errorf("trainer: the model has no trainable variables")
@@ -106,6 +99,26 @@ func NewTrainer[M Weights](backend backends.Backend, m M, loss LossOf[M], cfg Tr
 		return nil, fmt.Errorf("trainer: %w", err)
 	}
 	return t, nil
+}
+
+// zeros is a new optimizer-state variable of kind for v, zero-valued.
+func (t *Trainer) zeros(kind string, v *context.Variable) *context.Variable {
+	ctx := t.m.Context().InAbsPath(optimizerScope + "/" + kind + v.Scope()).Checked(false)
+	st := ctx.VariableWithValue(v.Name(), tensors.FromShape(v.Shape()))
+	st.SetTrainable(false)
+	return st
+}
+
+// ensureAccumulators creates the gradient accumulators on the first step with more than one
+// micro-batch: a step of one micro-batch needs none, and at a real model's scale they are a
+// full f32 copy of the weights (2 GB at 0.5B parameters).
+func (t *Trainer) ensureAccumulators() {
+	if t.accVar != nil {
+		return
+	}
+	for _, v := range t.trainVar {
+		t.accVar = append(t.accVar, t.zeros("grad_accum", v))
+	}
 }
 
 // Model returns the trained model.
@@ -221,6 +234,9 @@ func (t *Trainer) Step(microBatches []map[string]*tensors.Tensor) (StepResult, e
 		seen = true
 	}
 	last := len(args) - 1
+	if last > 0 {
+		t.ensureAccumulators()
+	}
 	for i := range last {
 		out, err := t.accumulate.Exec(args[i]...)
 		if err != nil {
