@@ -38,6 +38,8 @@ type hostDecoder struct {
 	scores [][]float32
 	// invFreq[i] is RoPE's float32 frequency of rotation pair i, as the graph computes it.
 	invFreq []float32
+	// goAttention runs attention in the Go loops even where cpu.Attend is available (tests).
+	goAttention bool
 	// names and srcs are the weights the snapshot was read from and their tensors (see current).
 	names []string
 	srcs  []*tensors.Tensor
@@ -458,10 +460,17 @@ func (d *hostDecoder) step(tokens, positions []int32, kCache, vCache [][]float32
 // cache slots first…s of one key/value block, kc and vc [capacity, hd]. Both are read as one
 // sequential run: a transposed value cache ([hd, capacity], read as hd strided rows) made the
 // step's attention over a cache that no longer fits in cache about twice slower.
+// With the cpu package's C kernels one cgo call does all of it, vectorised (see cpu.Attend: the
+// query·key sums in another order than scaledDots', the rest bit-identical).
 func (d *hostDecoder) attendHead(w int, kc, vc []float32, first, s int, q, out []float32) {
 	hd := len(q)
 	sc := d.scores[w][:s+1-first]
-	scaledDots(sc, kc[first*hd:], hd, q, float32(1/math.Sqrt(float64(hd))))
+	scale := float32(1 / math.Sqrt(float64(hd)))
+	if cpu.HasAttend && !d.goAttention {
+		cpu.Attend(q, kc[first*hd:], vc[first*hd:], scale, sc, out)
+		return
+	}
+	scaledDots(sc, kc[first*hd:], hd, q, scale)
 	den := softmaxUnnormalised(sc)
 	weightedSum(out, vc[first*hd:], hd, sc, 1/den)
 }
