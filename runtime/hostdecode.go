@@ -4,8 +4,10 @@ import (
 	"fmt"
 	"math"
 	"runtime"
-	"slices"
 	"sync"
+
+	"github.com/gomlx/gomlx/pkg/core/dtypes"
+	"github.com/gomlx/gomlx/pkg/core/tensors"
 
 	"stx.dev/stx/runtime/cpu"
 	"stx.dev/stx/runtime/cpu/blas"
@@ -36,6 +38,11 @@ type hostDecoder struct {
 	scores [][]float32
 	// invFreq[i] is RoPE's float32 frequency of rotation pair i, as the graph computes it.
 	invFreq []float32
+	// goAttention runs attention in the Go loops even where cpu.Attend is available (tests).
+	goAttention bool
+	// names and srcs are the weights the snapshot was read from and their tensors (see current).
+	names []string
+	srcs  []*tensors.Tensor
 }
 
 // hostLayer holds one decoder layer's weights. With OpenBLAS the projections are stored
@@ -58,93 +65,184 @@ type hostLayer struct {
 
 // newHostDecoder snapshots the model's current weights.
 func newHostDecoder(m *Model) (*hostDecoder, error) {
-	c := m.Config
-	d := &hostDecoder{c: c, workers: max(1, runtime.GOMAXPROCS(0)), transposed: blas.Available()}
-	hd := c.HeadDim()
-	for _, f := range c.RopeInvFreq() {
-		d.invFreq = append(d.invFreq, float32(f))
-	}
-	var firstErr error
-	get := func(name string) []float32 {
-		v, err := m.ParamValues(name)
-		if err != nil && firstErr == nil {
-			firstErr = err
-		}
-		return v
-	}
-	d.emb = get("model.embed_tokens.weight")
-	d.norm = get("model.norm.weight")
-	head := d.emb
-	if !c.TieEmbeddings {
-		head = get("lm_head.weight")
-	}
-	if firstErr != nil {
-		return nil, fmt.Errorf("host decoder: %w", firstErr)
-	}
-	hid, qd, kvd, inter := c.Hidden, c.QDim(), c.KVHeads*hd, c.Intermediate
-	d.head = d.projections(hid, [][]float32{head}, []int{c.VocabSize})
-	d.layers = make([]hostLayer, c.Layers)
-	for l := range d.layers {
-		pre := fmt.Sprintf("model.layers.%d.", l)
-		ly := &d.layers[l]
-		ly.inNorm = get(pre + "input_layernorm.weight")
-		ly.postNorm = get(pre + "post_attention_layernorm.weight")
-		ly.qkv = d.projections(hid, [][]float32{get(pre + "self_attn.q_proj.weight"), get(pre + "self_attn.k_proj.weight"),
-			get(pre + "self_attn.v_proj.weight")}, []int{qd, kvd, kvd})
-		if c.AttentionBias {
-			ly.qkvBias = slices.Concat(get(pre+"self_attn.q_proj.bias"), get(pre+"self_attn.k_proj.bias"), get(pre+"self_attn.v_proj.bias"))
-		}
-		if c.QKNorm {
-			ly.qNorm, ly.kNorm = get(pre+"self_attn.q_norm.weight"), get(pre+"self_attn.k_norm.weight")
-		}
-		ly.o = d.projections(qd, [][]float32{get(pre + "self_attn.o_proj.weight")}, []int{hid})
-		if c.OutputBias {
-			ly.oBias = get(pre + "self_attn.o_proj.bias")
-		}
-		ly.gateUp = d.projections(hid, [][]float32{get(pre + "mlp.gate_proj.weight"), get(pre + "mlp.up_proj.weight")}, []int{inter, inter})
-		ly.down = d.projections(inter, [][]float32{get(pre + "mlp.down_proj.weight")}, []int{hid})
-		if firstErr != nil {
-			break
-		}
-	}
-	if firstErr != nil {
-		return nil, fmt.Errorf("host decoder: %w", firstErr)
+	d := new(hostDecoder)
+	if err := d.load(m); err != nil {
+		return nil, err
 	}
 	return d, nil
 }
 
-// projections returns the matrices parts[i] ([outs[i], in] row-major, as Hugging Face stores a
-// projection) concatenated along the output axis, [Σ outs, in], or, when the decoder stores
-// projections transposed, side by side: [in, Σ outs]. A part too short for its shape (a failed
-// read, reported separately) leaves zeros.
-func (d *hostDecoder) projections(in int, parts [][]float32, outs []int) []float32 {
+// current says whether the snapshot still holds the model's weights: every weight's variable
+// still holds the tensor it was read from. A weight changes only by its variable getting a new
+// tensor (a train step's outputs, SetParam, a load, a weight sync or offload: GoMLX and stx
+// never rewrite a variable's tensor in place), so comparing pointers sees every change without
+// reading a value. The snapshot keeps the old tensors referenced, so a new tensor can never be
+// allocated at an old one's address.
+func (d *hostDecoder) current(m *Model) bool {
+	if len(d.srcs) == 0 || len(d.srcs) != len(d.names) {
+		return false
+	}
+	for i, name := range d.names {
+		v := m.Variable(name)
+		if v == nil || !v.HasValue() {
+			return false
+		}
+		if t, err := v.Value(); err != nil || t != d.srcs[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// load (re)takes the snapshot of the model's weights, reusing the buffers of the previous one
+// (a snapshot taken after every train step would otherwise fault in a fresh copy of the model).
+// After an error the snapshot is not current and must be loaded again before use.
+func (d *hostDecoder) load(m *Model) error {
+	c := m.Config
+	d.c, d.workers, d.transposed = c, max(1, runtime.GOMAXPROCS(0)), blas.Available()
+	d.names, d.srcs = d.names[:0], d.srcs[:0]
+	d.invFreq = d.invFreq[:0]
+	for _, f := range c.RopeInvFreq() {
+		d.invFreq = append(d.invFreq, float32(f))
+	}
+	if err := d.loadWeights(m); err != nil {
+		d.srcs = d.srcs[:0]
+		return fmt.Errorf("host decoder: %w", err)
+	}
+	return nil
+}
+
+func (d *hostDecoder) loadWeights(m *Model) error {
+	c := m.Config
+	hd := c.HeadDim()
+	hid, qd, kvd, inter := c.Hidden, c.QDim(), c.KVHeads*hd, c.Intermediate
+	var err error
+	vec := func(dst *[]float32, name string) {
+		if err == nil {
+			err = d.readVector(m, dst, name)
+		}
+	}
+	proj := func(dst *[]float32, in int, names []string, outs []int) {
+		if err == nil {
+			err = d.readProjections(m, dst, in, names, outs)
+		}
+	}
+	vec(&d.emb, "model.embed_tokens.weight")
+	vec(&d.norm, "model.norm.weight")
+	head := "lm_head.weight"
+	if c.TieEmbeddings {
+		head = "model.embed_tokens.weight"
+	}
+	proj(&d.head, hid, []string{head}, []int{c.VocabSize})
+	if len(d.layers) != c.Layers {
+		d.layers = make([]hostLayer, c.Layers)
+	}
+	for l := range d.layers {
+		pre := fmt.Sprintf("model.layers.%d.", l)
+		ly := &d.layers[l]
+		vec(&ly.inNorm, pre+"input_layernorm.weight")
+		vec(&ly.postNorm, pre+"post_attention_layernorm.weight")
+		proj(&ly.qkv, hid, []string{pre + "self_attn.q_proj.weight", pre + "self_attn.k_proj.weight", pre + "self_attn.v_proj.weight"},
+			[]int{qd, kvd, kvd})
+		ly.qkvBias = ly.qkvBias[:0]
+		if c.AttentionBias {
+			var q, k, v []float32
+			vec(&q, pre+"self_attn.q_proj.bias")
+			vec(&k, pre+"self_attn.k_proj.bias")
+			vec(&v, pre+"self_attn.v_proj.bias")
+			ly.qkvBias = append(append(append(ly.qkvBias, q...), k...), v...)
+		}
+		if len(ly.qkvBias) == 0 {
+			ly.qkvBias = nil
+		}
+		if c.QKNorm {
+			vec(&ly.qNorm, pre+"self_attn.q_norm.weight")
+			vec(&ly.kNorm, pre+"self_attn.k_norm.weight")
+		}
+		proj(&ly.o, qd, []string{pre + "self_attn.o_proj.weight"}, []int{hid})
+		if c.OutputBias {
+			vec(&ly.oBias, pre+"self_attn.o_proj.bias")
+		}
+		proj(&ly.gateUp, hid, []string{pre + "mlp.gate_proj.weight", pre + "mlp.up_proj.weight"}, []int{inter, inter})
+		proj(&ly.down, inter, []string{pre + "mlp.down_proj.weight"}, []int{hid})
+	}
+	return err
+}
+
+// source returns the tensor holding the named weight and records it as read by the snapshot.
+func (d *hostDecoder) source(m *Model, name string) (*tensors.Tensor, error) {
+	v := m.Variable(name)
+	if v == nil {
+		return nil, fmt.Errorf("model has no tensor %q", name)
+	}
+	t, err := v.Value()
+	if err != nil {
+		return nil, fmt.Errorf("reading %q: %w", name, err)
+	}
+	if t.DType() != dtypes.Float32 {
+		return nil, fmt.Errorf("reading %q: %s, want float32", name, t.DType())
+	}
+	d.names, d.srcs = append(d.names, name), append(d.srcs, t)
+	return t, nil
+}
+
+// readVector copies the named weight into *dst (resized).
+func (d *hostDecoder) readVector(m *Model, dst *[]float32, name string) error {
+	t, err := d.source(m, name)
+	if err != nil {
+		return err
+	}
+	*dst = grow(*dst, t.Size())
+	return tensors.ConstFlatData(t, func(src []float32) { copy(*dst, src) })
+}
+
+// readProjections sets *dst (resized) to the named matrices ([outs[i], in] row-major, as
+// Hugging Face stores a projection) concatenated along the output axis, [Σ outs, in], or, when
+// the decoder stores projections transposed, side by side: [in, Σ outs].
+func (d *hostDecoder) readProjections(m *Model, dst *[]float32, in int, names []string, outs []int) error {
 	total := 0
 	for _, o := range outs {
 		total += o
 	}
-	dst := make([]float32, in*total)
+	*dst = grow(*dst, in*total)
 	col := 0
-	for p, w := range parts {
-		switch {
-		case len(w) < outs[p]*in:
-		case !d.transposed:
-			copy(dst[col*in:], w[:outs[p]*in])
-		default:
-			// Sixteen source rows at a time, so that each destination row is written in runs
-			// of sixteen rather than one element per cache line.
-			for j0 := 0; j0 < outs[p]; j0 += 16 {
-				j1 := min(j0+16, outs[p])
-				for i := range in {
-					run := dst[i*total+col+j0 : i*total+col+j1]
-					for j := range run {
-						run[j] = w[(j0+j)*in+i]
-					}
-				}
-			}
+	for p, name := range names {
+		t, err := d.source(m, name)
+		if err != nil {
+			return err
+		}
+		if t.Size() != outs[p]*in {
+			return fmt.Errorf("tensor %q has shape %s, want [%d, %d]", name, t.Shape(), outs[p], in)
+		}
+		err = tensors.ConstFlatData(t, func(w []float32) { d.placeProjection(*dst, w, in, total, col, outs[p]) })
+		if err != nil {
+			return fmt.Errorf("reading %q: %w", name, err)
 		}
 		col += outs[p]
 	}
-	return dst
+	return nil
+}
+
+// placeProjection writes w ([out, in]) into dst at output column col of total (see
+// readProjections).
+func (d *hostDecoder) placeProjection(dst, w []float32, in, total, col, out int) {
+	if !d.transposed {
+		copy(dst[col*in:], w[:out*in])
+		return
+	}
+	// Sixteen source rows at a time, so that each destination row is written in runs of
+	// sixteen rather than one element per cache line; the blocks split across the workers.
+	d.parallel((out+15)/16, func(_, lo, hi int) {
+		for j0 := lo * 16; j0 < min(hi*16, out); j0 += 16 {
+			j1 := min(j0+16, out)
+			for i := range in {
+				run := dst[i*total+col+j0 : i*total+col+j1]
+				for j := range run {
+					run[j] = w[(j0+j)*in+i]
+				}
+			}
+		}
+	})
 }
 
 // parallel runs fn over [0, n) split across the decoder's workers (see parallelFor).
@@ -362,10 +460,17 @@ func (d *hostDecoder) step(tokens, positions []int32, kCache, vCache [][]float32
 // cache slots first…s of one key/value block, kc and vc [capacity, hd]. Both are read as one
 // sequential run: a transposed value cache ([hd, capacity], read as hd strided rows) made the
 // step's attention over a cache that no longer fits in cache about twice slower.
+// With the cpu package's C kernels one cgo call does all of it, vectorised (see cpu.Attend: the
+// query·key sums in another order than scaledDots', the rest bit-identical).
 func (d *hostDecoder) attendHead(w int, kc, vc []float32, first, s int, q, out []float32) {
 	hd := len(q)
 	sc := d.scores[w][:s+1-first]
-	scaledDots(sc, kc[first*hd:], hd, q, float32(1/math.Sqrt(float64(hd))))
+	scale := float32(1 / math.Sqrt(float64(hd)))
+	if cpu.HasAttend && !d.goAttention {
+		cpu.Attend(q, kc[first*hd:], vc[first*hd:], scale, sc, out)
+		return
+	}
+	scaledDots(sc, kc[first*hd:], hd, q, scale)
 	den := softmaxUnnormalised(sc)
 	weightedSum(out, vc[first*hd:], hd, sc, 1/den)
 }

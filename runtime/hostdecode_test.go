@@ -3,6 +3,7 @@ package runtime
 import (
 	"math"
 	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"stx.dev/stx/runtime/cpu"
@@ -227,4 +228,46 @@ func BenchmarkAttendHeads(b *testing.B) {
 			b.ReportMetric(4*rows*float64(kvh)*cnt*float64(hd)*4*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
 		})
 	}
+}
+
+// TestHostAttentionKernel samples with the cpu package's attention kernel and with the Go
+// loops: the kernel sums the query·key products in another order, so the log-probs agree to
+// float32 rounding and the tokens drawn are the same.
+func TestHostAttentionKernel(t *testing.T) {
+	if !cpu.HasAttend {
+		t.Skip("the C kernels are not compiled in")
+	}
+	b := testBackend(t)
+	cfg := smallGQA()
+	m, err := NewModel(cfg, 9)
+	if err != nil {
+		t.Fatal(err)
+	}
+	prompts := randomSeqs(rand.New(rand.NewPCG(5, 5)), cfg.VocabSize, 3, 17, 9)
+	var got [2][]Sample
+	for i, goLoops := range []bool{false, true} {
+		s, err := NewSampler(b, m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.host = &hostDecoder{goAttention: goLoops}
+		if got[i], err = s.Generate(prompts, SampleOptions{MaxNewTokens: 24, Temperature: 1, Seed: 4}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	worst := 0.0
+	for r := range prompts {
+		if !slices.Equal(got[0][r].Tokens, got[1][r].Tokens) {
+			t.Fatalf("row %d: kernel tokens %v, Go loops %v", r, got[0][r].Tokens, got[1][r].Tokens)
+		}
+		for j, lp := range got[0][r].LogProbs {
+			want := got[1][r].LogProbs[j]
+			d := math.Abs(float64(lp - want))
+			worst = max(worst, d)
+			if d > 1e-5*(1+math.Abs(float64(want))) {
+				t.Fatalf("row %d token %d: kernel log-prob %v, Go loops %v", r, j, lp, want)
+			}
+		}
+	}
+	t.Logf("max |kernel − Go loops| log-prob = %.3g", worst)
 }

@@ -41,8 +41,9 @@ type Sample struct {
 // faster than an in-graph cache on SimpleGo). On the CPU backends (SimpleGo, cpu), prompt and
 // decode steps run in plain Go (hostdecode.go; matmuls through OpenBLAS when loaded), several
 // times faster than a graph launch per token; on other backends a prompt is one compiled forward and each decode step one compiled graph with
-// the cache as a fixed-capacity input, so one graph serves every step. The sampler reads the
-// model's weights at each Generate call, so it always samples from the latest trained policy.
+// the cache as a fixed-capacity input, so one graph serves every step. The host decoder keeps
+// its copy of the weights between Generate calls and takes it again when any weight has
+// changed since (hostDecoder.current), so it always samples from the latest trained policy.
 type Sampler struct {
 	m    *Model
 	mu   sync.Mutex
@@ -51,6 +52,8 @@ type Sampler struct {
 	hostDecode bool
 	// prefillTokens bounds the token rows of one host prefill call (hostPrefillTokens).
 	prefillTokens int
+	// host is the host decoder with its snapshot of the weights, kept between calls.
+	host *hostDecoder
 }
 
 // NewSampler prepares generation with m on backend.
@@ -220,10 +223,15 @@ func (s *Sampler) Generate(prompts [][]int32, opt SampleOptions) ([]Sample, erro
 		// Prefill on the host too, many prompt positions of all rows per call (left pads attend
 		// only to themselves and are never attended to). Spans of at most s.prefillTokens
 		// token rows bound the decoder's scratch memory on long prompts.
-		var err error
-		if host, err = newHostDecoder(s.m); err != nil {
-			return nil, fmt.Errorf("sample: %w", err)
+		if s.host == nil {
+			s.host = new(hostDecoder)
 		}
+		if !s.host.current(s.m) {
+			if err := s.host.load(s.m); err != nil {
+				return nil, fmt.Errorf("sample: %w", err)
+			}
+		}
+		host = s.host
 		span := max(1, s.prefillTokens/rows)
 		var spanTok, spanPos []int32
 		for t0 := 0; t0 < p; t0 += span {

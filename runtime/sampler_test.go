@@ -203,3 +203,102 @@ func (sc *sampleScratch) pick(logits []float32, opt SampleOptions, rng *rand.Ran
 	sc.prepare(logits, opt)
 	return sc.choose(opt, rng)
 }
+
+// TestSamplerFollowsWeightChanges samples, changes the weights (one train step, then a
+// SetParam) and samples again with the same seed: the host decoder keeps its copy of the
+// weights between calls, so each later sample must still come from the new weights: equal to
+// a fresh sampler's samples and to the full forward's log-probs under the new weights.
+func TestSamplerFollowsWeightChanges(t *testing.T) {
+	b := testBackend(t)
+	cfg, _ := BuiltinConfig("tiny")
+	cfg.InitStd = 0.1
+	m, err := NewModel(cfg, 5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := NewSampler(b, m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc, err := NewScorer(b, m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	prompts := randomSeqs(rand.New(rand.NewPCG(2, 2)), cfg.VocabSize, 4, 9)
+	opt := SampleOptions{MaxNewTokens: 12, Temperature: 1, Seed: 8}
+	generate := func(s *Sampler) []Sample {
+		t.Helper()
+		out, err := s.Generate(prompts, opt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	// maxGap is the largest |sample log-prob − full forward log-prob| under the current weights.
+	maxGap := func(samples []Sample) float64 {
+		t.Helper()
+		var full [][]int32
+		for i, p := range prompts {
+			full = append(full, slices.Concat(p, samples[i].Tokens))
+		}
+		scored, err := sc.Score(full)
+		if err != nil {
+			t.Fatal(err)
+		}
+		worst := 0.0
+		for i, p := range prompts {
+			for j, lp := range samples[i].LogProbs {
+				worst = max(worst, math.Abs(float64(lp-scored[i].LogProbs[len(p)-1+j])))
+			}
+		}
+		return worst
+	}
+	before := generate(s)
+	snapshot := s.host
+	if again := generate(s); !reflect.DeepEqual(again, before) || s.host != snapshot || !s.host.current(m) {
+		t.Fatal("sampling twice from unchanged weights differs or retook the snapshot")
+	}
+	tr, err := NewTrainer(b, m, sftLoss, TrainerConfig{AdamW: DefaultAdamW(), Schedule: Schedule{Kind: "constant", BaseLR: 3e-2}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	norm, err := m.ParamValues("model.norm.weight")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range norm {
+		norm[i] *= 3
+	}
+	for _, change := range []struct {
+		name  string
+		apply func() error
+	}{
+		{"train step", func() error {
+			_, err := tr.Step(batch1(sftBatch(rand.New(rand.NewPCG(3, 3)), cfg, 4, 16)))
+			return err
+		}},
+		{"SetParam", func() error { return m.SetParam("model.norm.weight", norm) }},
+	} {
+		if err := change.apply(); err != nil {
+			t.Fatal(err)
+		}
+		if s.host.current(m) {
+			t.Fatalf("after a %s the snapshot still counts as current", change.name)
+		}
+		if gap := maxGap(before); gap < 1e-3 {
+			t.Fatalf("a %s hardly changed the log-probs (%.3g): the test cannot tell old weights from new", change.name, gap)
+		}
+		after := generate(s)
+		fresh, err := NewSampler(b, m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(after, generate(fresh)) {
+			t.Fatalf("after a %s the sampler's samples differ from a fresh sampler's", change.name)
+		}
+		if gap := maxGap(after); gap > 1e-4 {
+			t.Fatalf("after a %s the samples' log-probs are %.3g from the full forward's under the new weights", change.name, gap)
+		}
+		before = after
+	}
+}

@@ -149,6 +149,14 @@ void stx_vec_binary(int level, int op, int layout, float *out, const float *x, c
 	}
 }
 
+void stx_vec_attend(int level, const float *q, const float *k, const float *v, long n, long hd, float scale, float *sc, float *out) {
+	if (level == STX_VEC_AVX2) {
+		attend_avx2(q, k, v, n, hd, scale, sc, out);
+	} else {
+		attend_generic(q, k, v, n, hd, scale, sc, out);
+	}
+}
+
 #else
 
 // Other architectures: the same generic-vector code for the baseline target, square roots lane
@@ -195,6 +203,11 @@ void stx_vec_unary(int level, int op, float *out, const float *x, long n) {
 void stx_vec_binary(int level, int op, int layout, float *out, const float *x, const float *y, float s, long n) {
 	(void)level;
 	binary_generic(op, layout, out, x, y, s, n);
+}
+
+void stx_vec_attend(int level, const float *q, const float *k, const float *v, long n, long hd, float scale, float *sc, float *out) {
+	(void)level;
+	attend_generic(q, k, v, n, hd, scale, sc, out);
 }
 
 #endif

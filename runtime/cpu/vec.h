@@ -40,4 +40,10 @@ void stx_vec_unary(int level, int op, float *out, const float *x, long n);
 // stands for y or x (that pointer is unused). out may be x or y itself.
 void stx_vec_binary(int level, int op, int layout, float *out, const float *x, const float *y, float s, long n);
 
+// stx_vec_attend computes one attention head's output out[hd] for the query q[hd] over n
+// positions of keys k and values v ([n, hd] each): sc[j] = scale·(q·k_j), then
+// out = Σ_j e^(sc[j] − max sc)·v_j / Σ_j e^(sc[j] − max sc). sc (n floats) is scratch, left
+// holding the unnormalised weights.
+void stx_vec_attend(int level, const float *q, const float *k, const float *v, long n, long hd, float scale, float *sc, float *out);
+
 #endif

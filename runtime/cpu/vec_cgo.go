@@ -52,3 +52,9 @@ func vecBinaryAt(level, code, layout int, out, x, y []float32, s float32) {
 	}
 	C.stx_vec_binary(C.int(level), C.int(code), C.int(layout), floatPtr(out), floatPtr(x), floatPtr(y), C.float(s), C.long(len(out)))
 }
+
+// vecAttendAt runs the attention kernel at the given level (see Attend; lengths checked there).
+func vecAttendAt(level int, q, k, v []float32, scale float32, scores, out []float32) {
+	C.stx_vec_attend(C.int(level), floatPtr(q), floatPtr(k), floatPtr(v), C.long(len(scores)), C.long(len(q)),
+		C.float(scale), floatPtr(scores), floatPtr(out))
+}

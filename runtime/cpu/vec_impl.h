@@ -265,5 +265,72 @@ static void FN(binary)(int op, int layout, float *out, const float *x, const flo
 	}
 }
 
+// dot8 returns x·y over n elements as eight interleaved partial sums (element i into sum
+// i mod 8, a zero-padded block for the tail) combined as ((s0+s4)+(s2+s6))+((s1+s5)+(s3+s7)):
+// the same operations in the same order at every level (W = 4 keeps two vectors per block).
+static inline float FN(dot8)(const float *x, const float *y, long n) {
+	VF acc[8 / W];
+	for (int u = 0; u < 8 / W; u++) acc[u] = FN(splat)(0.0f);
+	long i = 0;
+	for (; i + 8 <= n; i += 8) {
+		for (int u = 0; u < 8 / W; u++) acc[u] += FN(load)(x + i + u * W) * FN(load)(y + i + u * W);
+	}
+	if (i < n) {
+		float tx[8] = {0}, ty[8] = {0};
+		memcpy(tx, x + i, (size_t)(n - i) * 4);
+		memcpy(ty, y + i, (size_t)(n - i) * 4);
+		for (int u = 0; u < 8 / W; u++) acc[u] += FN(load)(tx + u * W) * FN(load)(ty + u * W);
+	}
+	float a[8];
+	memcpy(a, acc, sizeof a);
+	return ((a[0] + a[4]) + (a[2] + a[6])) + ((a[1] + a[5]) + (a[3] + a[7]));
+}
+
+// attend is one attention head over n cached positions (see stx_vec_attend). The softmax and
+// the weighted sum of the values take the operations of the Go loops they replace
+// (softmaxUnnormalised, weightedSum in runtime/hostdecode.go) in the same order; only the
+// query·key products are summed in another order (dot8).
+static void FN(attend)(const float *q, const float *k, const float *v, long n, long hd, float scale, float *sc, float *out) {
+	for (long j = 0; j < n; j++) sc[j] = FN(dot8)(q, k + j * hd, hd) * scale;
+	float mx = -__builtin_inff();
+	for (long j = 0; j < n; j++) mx = sc[j] > mx || sc[j] != sc[j] ? sc[j] : mx;
+	long j = 0;
+	for (; j + W <= n; j += W) FN(store)(sc + j, FN(exp_v)(FN(load)(sc + j) - mx));
+	if (j < n) {
+		float tmp[W] = {0};
+		memcpy(tmp, sc + j, (size_t)(n - j) * 4);
+		FN(store)(tmp, FN(exp_v)(FN(load)(tmp) - mx));
+		memcpy(sc + j, tmp, (size_t)(n - j) * 4);
+	}
+	float den = 0;
+	for (j = 0; j < n; j++) den += sc[j];
+	const float inv = 1 / den;
+	memset(out, 0, (size_t)hd * 4);
+	// Four positions at a time: out + (((p0·r0 + p1·r1) + p2·r2) + p3·r3), as the Go loop.
+	for (j = 0; j + 4 <= n; j += 4) {
+		const float p0 = sc[j], p1 = sc[j + 1], p2 = sc[j + 2], p3 = sc[j + 3];
+		const float *r0 = v + j * hd, *r1 = r0 + hd, *r2 = r1 + hd, *r3 = r2 + hd;
+		const VF v0 = FN(splat)(p0), v1 = FN(splat)(p1), v2 = FN(splat)(p2), v3 = FN(splat)(p3);
+		long i = 0;
+		for (; i + W <= hd; i += W) {
+			VF s = v0 * FN(load)(r0 + i) + v1 * FN(load)(r1 + i) + v2 * FN(load)(r2 + i) + v3 * FN(load)(r3 + i);
+			FN(store)(out + i, FN(load)(out + i) + s);
+		}
+		for (; i < hd; i++) out[i] += p0 * r0[i] + p1 * r1[i] + p2 * r2[i] + p3 * r3[i];
+	}
+	for (; j < n; j++) {
+		const float pj = sc[j];
+		const float *r = v + j * hd;
+		const VF vp = FN(splat)(pj);
+		long i = 0;
+		for (; i + W <= hd; i += W) FN(store)(out + i, FN(load)(out + i) + vp * FN(load)(r + i));
+		for (; i < hd; i++) out[i] += pj * r[i];
+	}
+	const VF vi = FN(splat)(inv);
+	long i = 0;
+	for (; i + W <= hd; i += W) FN(store)(out + i, FN(load)(out + i) * vi);
+	for (; i < hd; i++) out[i] *= inv;
+}
+
 #undef UNARY_LOOP
 #undef BINARY_LOOPS

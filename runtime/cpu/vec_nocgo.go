@@ -20,3 +20,7 @@ func vecUnaryAt(level, code int, out, x []float32) {
 func vecBinaryAt(level, code, layout int, out, x, y []float32, s float32) {
 	panic("cpu: the C kernels are not compiled in")
 }
+
+func vecAttendAt(level int, q, k, v []float32, scale float32, scores, out []float32) {
+	panic("cpu: the C kernels are not compiled in")
+}
