@@ -241,6 +241,23 @@ func MemoryLimit() uint64 {
 	return limit
 }
 
+// MemoryAvailable returns the memory the kernel reports available now (MemAvailable in
+// /proc/meminfo: free memory plus what it can reclaim), or 0 where it cannot be read.
+func MemoryAvailable() uint64 {
+	raw, err := os.ReadFile("/proc/meminfo")
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(raw), "\n") {
+		if f := strings.Fields(line); len(f) >= 2 && f[0] == "MemAvailable:" {
+			if kb, err := strconv.ParseUint(f[1], 10, 64); err == nil {
+				return kb << 10
+			}
+		}
+	}
+	return 0
+}
+
 // memoryLimit returns the memory available to this process: the smaller of the machine's
 // physical memory and the cgroup's limit, or 1 TiB where neither can be read.
 func memoryLimit() (uint64, string) {

@@ -205,3 +205,14 @@ func TestLoadChecksHeadersBeforeData(t *testing.T) {
 		t.Fatalf("wrong model's weights: %v", err)
 	}
 }
+
+// TestMemoryAvailable: where /proc/meminfo exists, the available memory is read (positive,
+// and not more than the 1 TiB the limit falls back to).
+func TestMemoryAvailable(t *testing.T) {
+	if _, err := os.Stat("/proc/meminfo"); err != nil {
+		t.Skip("no /proc/meminfo")
+	}
+	if avail := MemoryAvailable(); avail == 0 || avail > 1<<40 {
+		t.Fatalf("MemoryAvailable = %d", avail)
+	}
+}
