@@ -212,15 +212,7 @@ func (m *Model) SetParam(name string, data []float32) error {
 
 // ParamValues returns a copy of a tensor's values (row-major, float32).
 func (m *Model) ParamValues(name string) ([]float32, error) {
-	v := m.Variable(name)
-	if v == nil {
-		return nil, fmt.Errorf("model has no tensor %q", name)
-	}
-	t, err := v.Value()
-	if err != nil {
-		return nil, fmt.Errorf("reading %q: %w", name, err)
-	}
-	return tensors.CopyFlatData[float32](t)
+	return variableValues(m.Variable(name), "model", name)
 }
 
 // SetTrainable marks all the model's variables as trainable or frozen.

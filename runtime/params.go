@@ -1,7 +1,10 @@
 package runtime
 
 import (
+	"fmt"
+
 	"github.com/gomlx/gomlx/pkg/core/graph"
+	"github.com/gomlx/gomlx/pkg/core/tensors"
 	"github.com/gomlx/gomlx/pkg/ml/context"
 
 	"stx.dev/stx/runtime/safetensors"
@@ -50,3 +53,16 @@ var (
 	_ Weights = (*Model)(nil)
 	_ Weights = (*VelocityModel)(nil)
 )
+
+// variableValues returns a copy of v's values (row-major, float32); v is owner's tensor name,
+// nil when it has none.
+func variableValues(v *context.Variable, owner, name string) ([]float32, error) {
+	if v == nil {
+		return nil, fmt.Errorf("%s has no tensor %q", owner, name)
+	}
+	t, err := v.Value()
+	if err != nil {
+		return nil, fmt.Errorf("reading %q: %w", name, err)
+	}
+	return tensors.CopyFlatData[float32](t)
+}

@@ -124,15 +124,7 @@ func (m *VelocityModel) SetParam(name string, data []float32) error {
 
 // ParamValues returns a copy of a tensor's values (row-major, float32).
 func (m *VelocityModel) ParamValues(name string) ([]float32, error) {
-	v := m.Variable(name)
-	if v == nil {
-		return nil, fmt.Errorf("velocity model has no tensor %q", name)
-	}
-	t, err := v.Value()
-	if err != nil {
-		return nil, fmt.Errorf("reading %q: %w", name, err)
-	}
-	return tensors.CopyFlatData[float32](t)
+	return variableValues(m.Variable(name), "velocity model", name)
 }
 
 // SaveDType is F32: the velocity model is always saved in float32.
