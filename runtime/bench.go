@@ -3,9 +3,7 @@ package runtime
 import (
 	"fmt"
 	"math/rand/v2"
-	"os"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -161,17 +159,8 @@ func benchSFTLoss(ctx *context.Context, m *Model, batch map[string]*Node) (*Node
 // peakRSSMiB returns the process's peak resident set size (VmHWM of /proc/self/status) in
 // MiB, 0 where it cannot be read.
 func peakRSSMiB() float64 {
-	raw, err := os.ReadFile("/proc/self/status")
-	if err != nil {
-		return 0
-	}
-	for _, line := range strings.Split(string(raw), "\n") {
-		if f := strings.Fields(line); len(f) >= 2 && f[0] == "VmHWM:" {
-			kb, _ := strconv.ParseFloat(f[1], 64)
-			return kb / 1024
-		}
-	}
-	return 0
+	kb, _ := procKB("/proc/self/status", "VmHWM:")
+	return float64(kb) / 1024
 }
 
 // Bench measures forward log-probs, one GRPO-style train step (frozen reference forward +

@@ -244,32 +244,32 @@ func MemoryLimit() uint64 {
 // MemoryAvailable returns the memory the kernel reports available now (MemAvailable in
 // /proc/meminfo: free memory plus what it can reclaim), or 0 where it cannot be read.
 func MemoryAvailable() uint64 {
-	raw, err := os.ReadFile("/proc/meminfo")
+	kb, _ := procKB("/proc/meminfo", "MemAvailable:")
+	return kb << 10
+}
+
+// procKB reads the kB figure of the line starting with key in a /proc file such as
+// /proc/meminfo or /proc/self/status; ok is false where the file or the line is missing.
+func procKB(path, key string) (kb uint64, ok bool) {
+	raw, err := os.ReadFile(path)
 	if err != nil {
-		return 0
+		return 0, false
 	}
 	for _, line := range strings.Split(string(raw), "\n") {
-		if f := strings.Fields(line); len(f) >= 2 && f[0] == "MemAvailable:" {
-			if kb, err := strconv.ParseUint(f[1], 10, 64); err == nil {
-				return kb << 10
-			}
+		if f := strings.Fields(line); len(f) >= 2 && f[0] == key {
+			kb, err := strconv.ParseUint(f[1], 10, 64)
+			return kb, err == nil
 		}
 	}
-	return 0
+	return 0, false
 }
 
 // memoryLimit returns the memory available to this process: the smaller of the machine's
 // physical memory and the cgroup's limit, or 1 TiB where neither can be read.
 func memoryLimit() (uint64, string) {
 	limit, what := uint64(1)<<40, "the default limit"
-	if raw, err := os.ReadFile("/proc/meminfo"); err == nil {
-		for _, line := range strings.Split(string(raw), "\n") {
-			if f := strings.Fields(line); len(f) >= 2 && f[0] == "MemTotal:" {
-				if kb, err := strconv.ParseUint(f[1], 10, 64); err == nil {
-					limit, what = kb<<10, "this machine's memory"
-				}
-			}
-		}
+	if kb, ok := procKB("/proc/meminfo", "MemTotal:"); ok {
+		limit, what = kb<<10, "this machine's memory"
 	}
 	if raw, err := os.ReadFile("/sys/fs/cgroup/memory.max"); err == nil {
 		if b, err := strconv.ParseUint(strings.TrimSpace(string(raw)), 10, 64); err == nil && b < limit {
