@@ -2,6 +2,7 @@ package engine
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"sort"
 	"strings"
@@ -201,7 +202,7 @@ func BuildGraph(r *schema.Recipe) (*Graph, []Problem) {
 		// compute yet; refusing beats silently ignoring the knob.
 		add("knobs.tis_cap", "the truncated importance-sampling correction (TIS) is not supported yet: remove tis_cap")
 	}
-	for _, role := range sortedKeys(r.Knobs.EstimatorMap) {
+	for _, role := range slices.Sorted(maps.Keys(r.Knobs.EstimatorMap)) {
 		known("knobs.estimator_map."+role, "estimator_map key", role)
 	}
 	if trainable == 0 && !r.Knobs.EvalOnly && len(g.Nodes) == len(r.Roles) {
@@ -343,15 +344,6 @@ func producerOf(key string) string {
 		}
 	}
 	return ""
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	ks := make([]string, 0, len(m))
-	for k := range m {
-		ks = append(ks, k)
-	}
-	sort.Strings(ks)
-	return ks
 }
 
 // Bounds of the token counts that size knobs multiply up to, far above any

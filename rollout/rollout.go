@@ -6,6 +6,7 @@ package rollout
 
 import (
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"slices"
 )
@@ -95,12 +96,12 @@ func (r *Rollout) Validate() error {
 			return err
 		}
 	}
-	for _, k := range sortedKeys(r.Tok) {
+	for _, k := range slices.Sorted(maps.Keys(r.Tok)) {
 		if err := checkTokenColumn(k, r.Tok[k], r.Tokens); err != nil {
 			return err
 		}
 	}
-	for _, k := range sortedKeys(r.Row) {
+	for _, k := range slices.Sorted(maps.Keys(r.Row)) {
 		if err := checkRows(k, len(r.Row[k])); err != nil {
 			return err
 		}
@@ -348,24 +349,15 @@ func sameColumns(a, b *Rollout) error {
 }
 
 func sameKeys[V any](a, b map[string]V) error {
-	for _, k := range sortedKeys(a) {
+	for _, k := range slices.Sorted(maps.Keys(a)) {
 		if _, ok := b[k]; !ok {
 			return fmt.Errorf("column %q is present in one part and absent in another", k)
 		}
 	}
-	for _, k := range sortedKeys(b) {
+	for _, k := range slices.Sorted(maps.Keys(b)) {
 		if _, ok := a[k]; !ok {
 			return fmt.Errorf("column %q is present in one part and absent in another", k)
 		}
 	}
 	return nil
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	return keys
 }

@@ -2,6 +2,7 @@ package schema
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -61,7 +62,7 @@ type splitResult struct {
 func (s splitResult) defaultsCUE() string {
 	var b strings.Builder
 	b.WriteString("\n#KnobDefaults: {\n")
-	for _, name := range sortedKeys(s.defaults) {
+	for _, name := range slices.Sorted(maps.Keys(s.defaults)) {
 		fmt.Fprintf(&b, "\t%s: %s\n", name, s.defaults[name])
 	}
 	b.WriteString("}\n")

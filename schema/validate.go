@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"regexp"
 	"slices"
-	"sort"
 	"strconv"
 	"strings"
 
@@ -516,16 +515,6 @@ func formatPath(elems []string) string {
 		b.WriteString(e)
 	}
 	return b.String()
-}
-
-// sortedKeys is a small helper for deterministic map iteration.
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
 }
 
 func isTypeConflict(msg string) bool { return typeRE.MatchString(msg) }

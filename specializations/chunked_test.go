@@ -2,6 +2,7 @@ package specializations
 
 import (
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 	"testing"
@@ -42,7 +43,7 @@ func TestChunkedHeadMatchesPlain(t *testing.T) {
 				m.HeadChunkRows = chunk
 				vars := m.Variables()
 				lf := spec.Loss()
-				keys := sortedKeys(mbs[0])
+				keys := slices.Sorted(maps.Keys(mbs[0]))
 				exec, err := context.NewExec(testBackend(t), m.Context(), func(ctx *context.Context, in []*Node) []*Node {
 					batch := map[string]*Node{}
 					for i, k := range keys {
@@ -54,11 +55,11 @@ func TestChunkedHeadMatchesPlain(t *testing.T) {
 						params[i] = v.ValueGraph(loss.Graph())
 					}
 					out := []*Node{loss}
-					for _, k := range sortedKeys(metrics) {
+					for _, k := range slices.Sorted(maps.Keys(metrics)) {
 						out = append(out, metrics[k])
 					}
 					produced := spec.Produce()(ctx, m, batch)
-					for _, k := range sortedKeys(produced) {
+					for _, k := range slices.Sorted(maps.Keys(produced)) {
 						out = append(out, produced[k])
 					}
 					return append(out, Gradient(loss, params...)...)
@@ -95,13 +96,4 @@ func TestChunkedHeadMatchesPlain(t *testing.T) {
 			t.Logf("%d outputs, max |chunked − plain| = %.3g", len(plain), worst)
 		})
 	}
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	return keys
 }
