@@ -186,28 +186,10 @@ func (m *Model) Variables() []*context.Variable {
 
 // SetParam sets a tensor's values (row-major, float32), creating its variable if needed.
 func (m *Model) SetParam(name string, data []float32) error {
-	var shape []int
-	for _, p := range m.params {
-		if p.Name == name {
-			shape = p.Shape
-		}
-	}
-	if shape == nil {
-		return fmt.Errorf("model has no tensor %q", name)
-	}
-	if len(data) != shapes.Make(dtypes.Float32, shape...).Size() {
-		return fmt.Errorf("tensor %q: %d values for shape %v", name, len(data), shape)
-	}
-	t := tensors.FromFlatDataAndDimensions(data, shape...)
-	if v := m.Variable(name); v != nil {
-		if err := v.SetValue(t); err != nil {
-			return fmt.Errorf("setting %q: %w", name, err)
-		}
-		return nil
-	}
-	scope, vn := m.variableScope(name)
-	m.ctx.InAbsPath(scope).Checked(false).VariableWithValue(vn, t)
-	return nil
+	return setParamValue(m.params, m.Variable(name), "model", name, data, func(t *tensors.Tensor) {
+		scope, vn := m.variableScope(name)
+		m.ctx.InAbsPath(scope).Checked(false).VariableWithValue(vn, t)
+	})
 }
 
 // ParamValues returns a copy of a tensor's values (row-major, float32).

@@ -2,6 +2,7 @@ package runtime
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/gomlx/gomlx/pkg/core/graph"
 	"github.com/gomlx/gomlx/pkg/core/tensors"
@@ -65,4 +66,26 @@ func variableValues(v *context.Variable, owner, name string) ([]float32, error) 
 		return nil, fmt.Errorf("reading %q: %w", name, err)
 	}
 	return tensors.CopyFlatData[float32](t)
+}
+
+// setParamValue sets owner's tensor name, listed in params, to data (row-major, float32): into
+// its variable v, or through create where it has none yet.
+func setParamValue(params []Param, v *context.Variable, owner, name string, data []float32, create func(*tensors.Tensor)) error {
+	i := slices.IndexFunc(params, func(p Param) bool { return p.Name == name })
+	if i < 0 {
+		return fmt.Errorf("%s has no tensor %q", owner, name)
+	}
+	shape := params[i].Shape
+	if len(data) != shapeSize(shape) {
+		return fmt.Errorf("tensor %q: %d values for shape %v", name, len(data), shape)
+	}
+	t := tensors.FromFlatDataAndDimensions(data, shape...)
+	if v == nil {
+		create(t)
+		return nil
+	}
+	if err := v.SetValue(t); err != nil {
+		return fmt.Errorf("setting %q: %w", name, err)
+	}
+	return nil
 }

@@ -103,23 +103,9 @@ func (m *VelocityModel) Variable(name string) *context.Variable {
 
 // SetParam sets a tensor's values (row-major, float32), creating its variable if needed.
 func (m *VelocityModel) SetParam(name string, data []float32) error {
-	i := slices.IndexFunc(m.params, func(p Param) bool { return p.Name == name })
-	if i < 0 {
-		return fmt.Errorf("velocity model has no tensor %q", name)
-	}
-	shape := m.params[i].Shape
-	if len(data) != shapeSize(shape) {
-		return fmt.Errorf("tensor %q: %d values for shape %v", name, len(data), shape)
-	}
-	t := tensors.FromFlatDataAndDimensions(data, shape...)
-	if v := m.Variable(name); v != nil {
-		if err := v.SetValue(t); err != nil {
-			return fmt.Errorf("setting %q: %w", name, err)
-		}
-		return nil
-	}
-	m.ctx.InAbsPath(velocityScope).Checked(false).VariableWithValue(name, t)
-	return nil
+	return setParamValue(m.params, m.Variable(name), "velocity model", name, data, func(t *tensors.Tensor) {
+		m.ctx.InAbsPath(velocityScope).Checked(false).VariableWithValue(name, t)
+	})
 }
 
 // ParamValues returns a copy of a tensor's values (row-major, float32).
