@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Runs `stx bench` and its PyTorch CPU peer (scripts/peer_bench.py) back to back on this machine
 # and prints stx's figures as ratios to the peer's, measured in the same run. The peer runs with
-# 1 and with 2 PyTorch threads and keeps its better figure of each measurement. The load
-# average before and after is printed too: on a shared machine the ratios are only comparable
-# between runs at similar load.
+# 1 and 2 PyTorch threads (OpenBLAS on one) and with OpenBLAS's own 2 threads (PyTorch on one),
+# and keeps its best figure of each measurement. Both sides load the same OpenBLAS with the
+# same environment (OPENBLAS_CORETYPE picks its kernels: e.g. SKYLAKEX for the AVX-512 ones);
+# the GEMM line of each is printed. The load average before and after is printed too: on a
+# shared machine the ratios are only comparable between runs at similar load.
 #   scripts/bench-vs-peer.sh                 # default backend, 5 runs each, the "bench" model
 #   BACKEND=go RUNS=3 scripts/bench-vs-peer.sh
 #   MODEL=/tmp/qwen2 SIZES="--batch 1 --seq-len 256 --new-tokens 32" scripts/bench-vs-peer.sh
@@ -27,9 +29,14 @@ fi
 bin=$(mktemp -d)/stx
 go build -o "$bin" ./cmd/stx
 load_before=$(cut -d' ' -f1-3 /proc/loadavg)
-stx=$("$bin" bench --json --runs "$runs" ${BACKEND:+--backend "$BACKEND"} "${model[@]}" "${sizes[@]}" 2>/dev/null)
-peer=$(/usr/bin/python3 scripts/peer_bench.py --runs "$runs" --threads 1 "${peer_model[@]}" "${sizes[@]}"
-	/usr/bin/python3 scripts/peer_bench.py --runs "$runs" --threads 2 "${peer_model[@]}" "${sizes[@]}")
+log=$(mktemp)
+stx=$("$bin" bench --json --runs "$runs" ${BACKEND:+--backend "$BACKEND"} "${model[@]}" "${sizes[@]}" 2>"$log")
+peer=$(for threads in "1 1" "2 1" "1 2"; do
+	set -- $threads
+	/usr/bin/python3 scripts/peer_bench.py --runs "$runs" --threads "$1" --blas-threads "$2" "${peer_model[@]}" "${sizes[@]}" 2>>"$log"
+done)
+grep -E "^(backend|peer:)" "$log" | sed 's/^/# /'
+rm -f "$log"
 load_after=$(cut -d' ' -f1-3 /proc/loadavg)
 STX="$stx" PEER="$peer" /usr/bin/python3 - <<'PY'
 import json, os
@@ -38,9 +45,9 @@ peer = {}
 for o in map(json.loads, os.environ["PEER"].splitlines()):
     if o["name"] not in peer or o["tokens_per_s"] > peer[o["name"]]["tokens_per_s"]:
         peer[o["name"]] = o
-print(f"{'measurement':<20}{'stx tok/s':>12}{'peer tok/s':>12}{'stx/peer':>10}")
+print(f"{'measurement':<20}{'stx tok/s':>12}{'peer tok/s':>12}{'stx/peer':>10}  peer threads (PyTorch, OpenBLAS)")
 for name, p in peer.items():
     s = stx[name]["tokens_per_s"]
-    print(f"{name:<20}{s:>12.1f}{p['tokens_per_s']:>12.1f}{s / p['tokens_per_s']:>9.2f}x")
+    print(f"{name:<20}{s:>12.1f}{p['tokens_per_s']:>12.1f}{s / p['tokens_per_s']:>9.2f}x  {p['threads']}, {p['blas_threads']}")
 PY
 echo "load average before: $load_before; after: $load_after ($(nproc) cores)"

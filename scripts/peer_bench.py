@@ -11,16 +11,25 @@ head_dim, rope_theta; e.g. the one `stx init-model --shape qwen2.5-0.5b` writes)
 It is not part of stx or its tests: it only exists to measure the peer.
 """
 import argparse
+import ctypes
 import json
 import math
 import os
 import resource
 import statistics
+import sys
 import time
 
-# Debian's PyTorch runs its OpenMP threads and OpenBLAS's own threads at once; on 2 cores the
-# two pools fight (measured: forward 3,200 tok/s with OpenBLAS threads, 5,300 without).
-# Give the peer its best configuration unless the caller chose otherwise.
+# Debian's PyTorch runs its OpenMP threads and OpenBLAS's own threads at once; on 2 cores the two
+# pools fight (measured: forward 3,200 tok/s with both at 2 threads, 5,300 with OpenBLAS at 1).
+# --blas-threads sets OpenBLAS's (1 unless the caller's environment chose), --threads PyTorch's;
+# scripts/bench-vs-peer.sh tries several pairs and keeps the best figure of each measurement.
+# OpenBLAS reads its setting when torch loads it, so it is parsed before the import.
+_pre = argparse.ArgumentParser(add_help=False)
+_pre.add_argument("--blas-threads", type=int)
+_blas_threads = _pre.parse_known_args()[0].blas_threads
+if _blas_threads:
+    os.environ["OPENBLAS_NUM_THREADS"] = str(_blas_threads)
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 import torch  # noqa: E402 (after the environment is set)
@@ -123,10 +132,21 @@ def timed(runs, fn):
     return statistics.median(ts)
 
 
+def openblas():
+    """Describes the OpenBLAS that PyTorch loaded (its kernels and threads), as stx bench does."""
+    try:
+        lib = ctypes.CDLL("libopenblas.so.0")
+        lib.openblas_get_config.restype = ctypes.c_char_p
+        return f"{lib.openblas_get_config().decode()}, {lib.openblas_get_num_threads()} threads"
+    except (OSError, AttributeError) as e:
+        return f"OpenBLAS not found ({e})"
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--runs", type=int, default=3)
-    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--threads", type=int, default=2, help="PyTorch's intra-op threads")
+    ap.add_argument("--blas-threads", type=int, help="OpenBLAS's threads (default 1, see above)")
     ap.add_argument("--config", help="a Llama/Qwen2-style config.json instead of the bench model")
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--seq-len", type=int, default=256)
@@ -142,6 +162,7 @@ def main():
     if args.config:
         use_config(args.config)
     torch.set_num_threads(args.threads)
+    print(f"peer: PyTorch {torch.__version__}, {args.threads} threads; {openblas()}", file=sys.stderr)
     torch.manual_seed(1)
     B, T, P, N = args.batch, args.seq_len, args.prompt_len, args.new_tokens
     model, ref = Model(), Model()
@@ -155,6 +176,7 @@ def main():
     def emit(name, tok, sec):
         # ru_maxrss is the process's peak resident set in KiB (Linux).
         out.append({"name": name, "tokens_per_s": tok / sec, "median_s": sec, "runs": args.runs,
+                    "threads": args.threads, "blas_threads": int(os.environ["OPENBLAS_NUM_THREADS"]),
                     "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024})
 
     if "forward_logprobs" in only:

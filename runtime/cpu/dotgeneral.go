@@ -205,13 +205,8 @@ func dotFloat32(r *execution, p *dotPlan, lhs, rhs, out []float32) {
 	sgemmBatch(p.transA, p.transB, p.batch, m, n, k, a, lda, b, ldb, out)
 }
 
-const (
-	// blasSerialFMAs mirrors package blas: Sgemm computes a product of fewer than 2^20 FLOPs
-	// (2^19 multiply-adds) on the calling goroutine and splits larger ones across the cores.
-	blasSerialFMAs = 1 << 19
-	// goGemmMaxFMAs: products up to this size are computed by gemmGo.
-	goGemmMaxFMAs = 1 << 11
-)
+// goGemmMaxFMAs: products up to this size are computed by gemmGo.
+const goGemmMaxFMAs = 1 << 11
 
 // gemmGo computes c = a·op(b) for a row-major m×k a (row stride lda) in plain Go: dot
 // products of contiguous rows when b is stored transposed ([n,k]), row updates otherwise.
@@ -261,7 +256,7 @@ func sgemmBatch(transA, transB bool, batch, m, n, k int, a []float32, lda int, b
 				gemmGo(transB, m, n, k, a[bi*m*k:], lda, b[bi*k*n:], ldb, out[bi*m*n:(bi+1)*m*n])
 			}
 		})
-	case batch > 1 && perItem < blasSerialFMAs:
+	case batch > 1 && !blas.SpreadsOverCores(m, n, k):
 		parallelFor(batch, batch*perItem, func(lo, hi int) {
 			for bi := lo; bi < hi; bi++ {
 				blas.Sgemm(transA, transB, m, n, k, 1, a[bi*m*k:], lda, b[bi*k*n:], ldb, 0, out[bi*m*n:], n)

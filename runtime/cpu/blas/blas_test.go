@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"sync"
 	"testing"
 )
 
@@ -54,6 +55,8 @@ func TestSgemm(t *testing.T) {
 	}
 	shapes := []struct{ m, n, k, pad int }{
 		{1, 1, 1, 0}, {3, 5, 7, 0}, {17, 9, 33, 2}, {64, 48, 40, 3}, {5, 4, 0, 0}, {130, 70, 90, 1},
+		// Large enough for OpenBLAS's thread pool, and a thin one split by columns of C.
+		{200, 150, 100, 1}, {8, 700, 3000, 0},
 	}
 	r := rand.New(rand.NewPCG(1, 2))
 	for _, im := range impls {
@@ -127,5 +130,35 @@ func BenchmarkSgemm(b *testing.B) {
 			b.Run(fmt.Sprintf("openblas/%dx%dx%d", s[0], s[1], s[2]), func(b *testing.B) { benchmarkGemm(b, Sgemm, s[0], s[1], s[2]) })
 		}
 		b.Run(fmt.Sprintf("go/%dx%dx%d", s[0], s[1], s[2]), func(b *testing.B) { benchmarkGemm(b, GoSgemm, s[0], s[1], s[2]) })
+	}
+}
+
+// TestSgemmConcurrentSameBits checks that a product's bits do not depend on what else runs:
+// the way parallelSgemm divides a product (one call, OpenBLAS's pool, blocks of C) changes the
+// rounding, so it must depend only on the product's shape and the number of cores, never on
+// another goroutine holding OpenBLAS's pool (data-parallel replicas multiply concurrently).
+func TestSgemmConcurrentSameBits(t *testing.T) {
+	r := rand.New(rand.NewPCG(5, 6))
+	for _, s := range []struct{ m, n, k int }{{200, 150, 100}, {8, 700, 3000}, {513, 64, 300}} {
+		a, b := randSlice(r, s.m*s.k), randSlice(r, s.k*s.n)
+		product := func() []float32 {
+			c := make([]float32, s.m*s.n)
+			Sgemm(false, true, s.m, s.n, s.k, 1, a, s.k, b, s.k, 0, c, s.n)
+			return c
+		}
+		want := product()
+		results := make([][]float32, 8)
+		var wg sync.WaitGroup
+		for i := range results {
+			wg.Go(func() { results[i] = product() })
+		}
+		wg.Wait()
+		for i, got := range results {
+			for j := range want {
+				if math.Float32bits(got[j]) != math.Float32bits(want[j]) {
+					t.Fatalf("%dx%dx%d: concurrent product %d: c[%d] = %v, alone %v", s.m, s.n, s.k, i, j, got[j], want[j])
+				}
+			}
+		}
 	}
 }

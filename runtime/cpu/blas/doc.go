@@ -69,19 +69,57 @@ func scaleC(m, n int, beta float32, c []float32, ldc int) {
 	}
 }
 
-// parallelMinFLOPs is the product size (2·m·n·k) from which Sgemm splits the work across
-// goroutines; below it one OpenBLAS call on the calling thread is faster than any hand-off.
-const parallelMinFLOPs = 1 << 20
+// Products of fewer FLOPs (2·m·n·k) than these run as one OpenBLAS call on the calling
+// thread: any hand-off to another thread costs more. Thin products (fewer than thinRows rows of
+// C, a decode step's) stay on one thread up to a larger size. Measured on 2 cores (Zen 5,
+// SKYLAKEX and Haswell kernels): 8×704×256 runs at 47 GFLOP/s on one thread, 28 split in two.
+const (
+	parallelMinFLOPs     = 1 << 22
+	thinParallelMinFLOPs = 1 << 25
+	thinRows             = 16
+)
 
-// parallelSgemm runs OpenBLAS (single-threaded, see openblas.go) on blocks of C: rows of C when
-// there are enough of them, else columns, one block per core. Each block is an independent
-// sub-product, so the result is the same as one call's up to OpenBLAS's own blocking.
+// SpreadsOverCores says whether Sgemm runs an m×n×k product on several cores (when OpenBLAS is
+// used and GOMAXPROCS > 1); callers with many smaller products run those side by side instead.
+func SpreadsOverCores(m, n, k int) bool {
+	flops := 2 * m * n * k
+	if m < thinRows {
+		return flops >= thinParallelMinFLOPs
+	}
+	return flops >= parallelMinFLOPs
+}
+
+// poolLock lets one product at a time run on OpenBLAS's threads: their number is a setting of
+// the whole library, not of a call.
+var poolLock sync.Mutex
+
+// parallelSgemm spreads a product over the cores. Large products run on OpenBLAS's own thread
+// pool, which shares the packed panels of A and B between its threads (1.2-2x the speed of
+// splitting C between single-threaded calls on 2 cores: 2048×704×256 at 275-293 GFLOP/s against
+// 136-238); thin products are split by columns of C across goroutines, where OpenBLAS's
+// threads gain little (8×4864×896: 50-63 GFLOP/s split, 36-50 on its pool). The way a product
+// is divided changes its rounding, so it depends only on the shape and GOMAXPROCS: a product
+// waits for the pool rather than take another path when another goroutine holds it.
 func parallelSgemm(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
 	workers := runtime.GOMAXPROCS(0)
-	if workers == 1 || 2*m*n*k < parallelMinFLOPs {
+	if workers == 1 || !SpreadsOverCores(m, n, k) {
 		openblasSgemm(transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
 		return
 	}
+	if m >= thinRows {
+		poolLock.Lock()
+		ran := openblasSgemmThreads(workers, transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+		poolLock.Unlock()
+		if ran {
+			return
+		}
+	}
+	splitSgemm(workers, transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+}
+
+// splitSgemm runs single-threaded OpenBLAS calls on blocks of C, one per core: rows of C when
+// there are enough of them, else columns.
+func splitSgemm(workers int, transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
 	var wg sync.WaitGroup
 	if m >= 16*workers || m >= n {
 		chunk := (m + workers - 1) / workers

@@ -14,3 +14,7 @@ func Name() string { return "pure Go (built without OpenBLAS: no cgo or -tags no
 func openblasSgemm(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
 	panic("blas: OpenBLAS is not compiled in")
 }
+
+func openblasSgemmThreads(threads int, transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) bool {
+	panic("blas: OpenBLAS is not compiled in")
+}

@@ -16,6 +16,7 @@ typedef void (*set_threads_fn)(int);
 static sgemm_fn stx_sgemm;
 static config_fn stx_config;
 static threads_fn stx_threads;
+static set_threads_fn stx_set_threads;
 
 // stx_blas_open tries each name in turn; returns 0 on success.
 static int stx_blas_open(const char *name) {
@@ -25,15 +26,27 @@ static int stx_blas_open(const char *name) {
 	if (!stx_sgemm) { dlclose(h); return 2; }
 	stx_config = (config_fn)dlsym(h, "openblas_get_config");
 	stx_threads = (threads_fn)dlsym(h, "openblas_get_num_threads");
-	// stx splits large products across goroutines itself (Sgemm): OpenBLAS's own threads cost
-	// more than they give on the small products of decoding (measured 2.5x slower at M=8).
-	set_threads_fn set = (set_threads_fn)dlsym(h, "openblas_set_num_threads");
-	if (set) set(1);
+	// One thread by default: on the small products of decoding OpenBLAS's threads cost more than
+	// they give (2.5x slower at M=8); Sgemm hands the large ones to stx_blas_sgemm_threads.
+	stx_set_threads = (set_threads_fn)dlsym(h, "openblas_set_num_threads");
+	if (stx_set_threads) stx_set_threads(1);
 	return 0;
 }
 
 static const char *stx_blas_config(void) { return stx_config ? stx_config() : ""; }
+static int stx_blas_has_pool(void) { return stx_set_threads != 0; }
 static int stx_blas_threads(void) { return stx_threads ? stx_threads() : 0; }
+
+// stx_blas_sgemm_threads runs one product on OpenBLAS's own threads, then returns it to one.
+// Returns 0 when the library has no openblas_set_num_threads (the caller then splits).
+static int stx_blas_sgemm_threads(int threads, int transA, int transB, int m, int n, int k, float alpha,
+	const float *a, int lda, const float *b, int ldb, float beta, float *c, int ldc) {
+	if (!stx_set_threads) return 0;
+	stx_set_threads(threads);
+	stx_sgemm(101, transA ? 112 : 111, transB ? 112 : 111, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+	stx_set_threads(1);
+	return 1;
+}
 
 static void stx_blas_sgemm(int transA, int transB, int m, int n, int k, float alpha,
 	const float *a, int lda, const float *b, int ldb, float beta, float *c, int ldc) {
@@ -45,6 +58,7 @@ import "C"
 
 import (
 	"fmt"
+	"os"
 	"strings"
 	"sync"
 	"unsafe"
@@ -57,14 +71,31 @@ const CompiledIn = true
 // (Debian libopenblas0), the bare name what -dev packages add.
 var libraryNames = []string{"libopenblas.so.0", "libopenblas.so", "libopenblas.dylib", "libopenblas64_.so.0"}
 
+// threadTimeoutEnv is read by OpenBLAS when it is loaded: log₂ of the CPU cycles its idle pool
+// threads spin (calling sched_yield) before they sleep; 2^28 by default, a tenth of a second.
+// Between the large products it runs on its pool, stx's own goroutines run the rest of the
+// graph on every core, and a spinning pool thread takes CPU time from them (measured: +14%
+// user and +1.9 s system time over a forward and SFT bench); waking a sleeping thread costs
+// microseconds against the milliseconds of a product large enough for the pool. 4 is the
+// smallest value OpenBLAS accepts. A value the user set is kept.
+const threadTimeoutEnv = "OPENBLAS_THREAD_TIMEOUT"
+
 var load = sync.OnceValues(func() (string, error) {
+	if _, set := os.LookupEnv(threadTimeoutEnv); !set {
+		// os.Setenv also sets the C environment, where the library reads it when dlopen loads it.
+		_ = os.Setenv(threadTimeoutEnv, "4")
+	}
 	for _, name := range libraryNames {
 		cname := C.CString(name)
 		rc := C.stx_blas_open(cname)
 		C.free(unsafe.Pointer(cname))
 		if rc == 0 {
 			cfg := strings.TrimSpace(C.GoString(C.stx_blas_config()))
-			return fmt.Sprintf("%s (%s, %d threads)", name, cfg, int(C.stx_blas_threads())), nil
+			threads := "its thread pool for large products"
+			if C.stx_blas_has_pool() == 0 {
+				threads = fmt.Sprintf("%d threads", int(C.stx_blas_threads()))
+			}
+			return fmt.Sprintf("%s (%s, %s)", name, cfg, threads), nil
 		}
 	}
 	return "", fmt.Errorf("OpenBLAS not found (tried %s); install it (Debian: apt-get install libopenblas0)",
@@ -91,6 +122,14 @@ func openblasSgemm(transA, transB bool, m, n, k int, alpha float32, a []float32,
 	C.stx_blas_sgemm(cbool(transA), cbool(transB), C.int(m), C.int(n), C.int(k), C.float(alpha),
 		(*C.float)(unsafe.Pointer(&a[0])), C.int(lda), (*C.float)(unsafe.Pointer(&b[0])), C.int(ldb),
 		C.float(beta), (*C.float)(unsafe.Pointer(&c[0])), C.int(ldc))
+}
+
+// openblasSgemmThreads runs one product on threads of OpenBLAS's own pool (the calling thread
+// among them); false when the library cannot change its thread count.
+func openblasSgemmThreads(threads int, transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) bool {
+	return C.stx_blas_sgemm_threads(C.int(threads), cbool(transA), cbool(transB), C.int(m), C.int(n), C.int(k), C.float(alpha),
+		(*C.float)(unsafe.Pointer(&a[0])), C.int(lda), (*C.float)(unsafe.Pointer(&b[0])), C.int(ldb),
+		C.float(beta), (*C.float)(unsafe.Pointer(&c[0])), C.int(ldc)) != 0
 }
 
 func cbool(b bool) C.int {
