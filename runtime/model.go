@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"strings"
 
+	"github.com/gomlx/gomlx/backends"
 	"github.com/gomlx/gomlx/pkg/core/dtypes"
 	. "github.com/gomlx/gomlx/pkg/core/graph" //nolint:revive // graph-building code reads better unqualified.
 	"github.com/gomlx/gomlx/pkg/core/shapes"
@@ -290,7 +291,7 @@ func (m *Model) decoder(ctx *context.Context, tokens, positions, bias *Node, pas
 	if past != nil {
 		pastBias = InsertAxes(past.bias, 1, 1)
 	}
-	cos, sin := ropeTables(positions, c.RopeInvFreq())
+	rot := ropeTables(positions, c.RopeInvFreq())
 
 	x := Gather(m.weight(ctx, g, "model.embed_tokens.weight"), InsertAxes(tokens, -1))
 	var present kvCache
@@ -303,7 +304,7 @@ func (m *Model) decoder(ctx *context.Context, tokens, positions, bias *Node, pas
 				weights[i] = m.weight(ctx, g, n)
 			}
 			x = Checkpoint(x, weights, func(x *Node, weights []*Node) *Node {
-				y, _, _ := m.layer(x, pre, lookup(names, weights), cos, sin, bias, nil, nil, nil)
+				y, _, _ := m.layer(x, pre, lookup(names, weights), rot, bias, nil, nil, nil)
 				return y
 			})
 			continue
@@ -313,7 +314,7 @@ func (m *Model) decoder(ctx *context.Context, tokens, positions, bias *Node, pas
 			pk, pvT = past.k[l], past.vT[l]
 		}
 		var k, vT *Node
-		x, k, vT = m.layer(x, pre, func(name string) *Node { return m.weight(ctx, g, name) }, cos, sin, bias, pk, pvT, pastBias)
+		x, k, vT = m.layer(x, pre, func(name string) *Node { return m.weight(ctx, g, name) }, rot, bias, pk, pvT, pastBias)
 		present.k = append(present.k, k)
 		present.vT = append(present.vT, vT)
 	}
@@ -346,10 +347,10 @@ func lookup(names []string, nodes []*Node) func(string) *Node {
 // layer is one pre-norm decoder layer (attention and SwiGLU MLP, each with a residual) on x
 // [B,T,hidden], its tensors named pre+… found by w. It returns the layer's output and its
 // attention's new keys and transposed values (see attention).
-func (m *Model) layer(x *Node, pre string, w func(string) *Node, cos, sin, bias, pastK, pastVT, pastBias *Node) (y, k, vT *Node) {
+func (m *Model) layer(x *Node, pre string, w func(string) *Node, rot rotary, bias, pastK, pastVT, pastBias *Node) (y, k, vT *Node) {
 	c := m.Config
 	h := rmsNorm(x, w(pre+"input_layernorm.weight"), c.RMSNormEps)
-	attn, k, vT := m.attention(h, pre, w, cos, sin, bias, pastK, pastVT, pastBias)
+	attn, k, vT := m.attention(h, pre, w, rot, bias, pastK, pastVT, pastBias)
 	x = Add(x, attn)
 	h = rmsNorm(x, w(pre+"post_attention_layernorm.weight"), c.RMSNormEps)
 	gate := Linear(h, w(pre+"mlp.gate_proj.weight"))
@@ -362,7 +363,7 @@ func (m *Model) layer(x *Node, pre string, w func(string) *Node, cos, sin, bias,
 // past, pastK [B,kvh,S,hd], pastVT [B,kvh,hd,S] and pastBias [B,1,1,T,S]. It returns the
 // block's output [B,T,hidden], the new keys [B,kvh,T,hd] (after RoPE) and the new values
 // transposed [B,kvh,hd,T].
-func (m *Model) attention(h *Node, pre string, w func(string) *Node, cos, sin, bias, pastK, pastVT, pastBias *Node) (out, k, vT *Node) {
+func (m *Model) attention(h *Node, pre string, w func(string) *Node, rot rotary, bias, pastK, pastVT, pastBias *Node) (out, k, vT *Node) {
 	c := m.Config
 	b, t := h.Shape().Dimensions[0], h.Shape().Dimensions[1]
 	hd, kvh := c.HeadDim(), c.KVHeads
@@ -380,8 +381,8 @@ func (m *Model) attention(h *Node, pre string, w func(string) *Node, cos, sin, b
 		q = rmsNorm(q, w(pre+"self_attn.q_norm.weight"), c.RMSNormEps)
 		k = rmsNorm(k, w(pre+"self_attn.k_norm.weight"), c.RMSNormEps)
 	}
-	q = applyRope(q, cos, sin)
-	k = applyRope(k, cos, sin)
+	q = rot.apply(q)
+	k = rot.apply(k)
 	v := Reshape(proj("v_proj"), b, t, kvh, hd)
 	k = TransposeAllAxes(k, 0, 2, 1, 3)  // [B,kvh,T,hd]
 	vT = TransposeAllAxes(v, 0, 2, 3, 1) // [B,kvh,hd,T]
@@ -446,9 +447,19 @@ func lastAxis(v *Node, rank int) *Node {
 	return Reshape(v, dims...)
 }
 
-// ropeTables returns cos and sin of the RoPE angles, shaped [B,T,1,1,headDim/2] to broadcast
-// over heads and the rotate-half pair axis, for the frequencies invFreq [headDim/2].
-func ropeTables(positions *Node, invFreq []float64) (cos, sin *Node) {
+// rotary holds one forward pass's RoPE tables.
+type rotary struct {
+	// cos and sin of the angles, [B,T,1,1,headDim/2]: they broadcast over heads and over the
+	// axis of the rotate-half pair.
+	cos, sin *Node
+	// signedSin is [-sin, sin] along the pair axis ([B,T,1,2,headDim/2]), present when the
+	// backend has Reverse (see apply).
+	signedSin *Node
+}
+
+// ropeTables returns the RoPE tables for positions [B,T] and the frequencies invFreq
+// [headDim/2].
+func ropeTables(positions *Node, invFreq []float64) rotary {
 	g := positions.Graph()
 	half := len(invFreq)
 	inv := make([]float32, half)
@@ -458,25 +469,44 @@ func ropeTables(positions *Node, invFreq []float64) (cos, sin *Node) {
 	pos := ConvertDType(positions, dtypes.Float32)
 	b, t := pos.Shape().Dimensions[0], pos.Shape().Dimensions[1]
 	angles := Mul(Reshape(pos, b, t, 1, 1, 1), Reshape(Const(g, inv), 1, 1, 1, 1, half))
-	return Cos(angles), Sin(angles)
+	r := rotary{cos: Cos(angles), sin: Sin(angles)}
+	if g.Backend().Capabilities().Operations[backends.OpTypeReverse] {
+		r.signedSin = Mul(r.sin, Reshape(Const(g, []float32{-1, 1}), 1, 1, 1, 2, 1))
+	}
+	return r
 }
 
-// applyRope rotates x [B,T,heads,headDim] with the rotate-half convention (HF Llama/Qwen2):
-// x·cos + rotate_half(x)·sin, rotate_half([x1, x2]) = [-x2, x1]. The halves are separated by a
-// reshape to [..., 2, headDim/2] and masked sums instead of Slice, whose gradient needs Pad,
-// which SimpleGo lacks.
-func applyRope(x, cos, sin *Node) *Node {
-	g := x.Graph()
+// apply rotates x [B,T,heads,headDim] with the rotate-half convention (HF Llama/Qwen2):
+// x·cos + rotate_half(x)·sin, rotate_half([x1, x2]) = [-x2, x1]. With x seen as
+// [..., 2, headDim/2], rotate_half(x)·sin is Reverse(x) along the pair axis times [-sin, sin].
+// GoMLX has no gradient for Reverse, so the rotation is computed without one and the gradient,
+// v·cos + Reverse(v·[-sin, sin]), is attached through an identity that adds exactly 0: six
+// passes over x forward and five backward. Backends without Reverse (SimpleGo; nor Pad, which
+// Slice's gradient needs) separate the halves by masked sums instead, about twice the passes,
+// with the same bits (products by 0 or 1 and sums with 0 are exact).
+func (r rotary) apply(x *Node) *Node {
 	d := x.Shape().Dimensions
-	half := d[3] / 2
-	xr := Reshape(x, d[0], d[1], d[2], 2, half)
+	xr := Reshape(x, d[0], d[1], d[2], 2, d[3]/2)
+	if r.signedSin == nil {
+		return Reshape(r.applyMasked(xr), d...)
+	}
+	xs := StopGradient(xr)
+	value := Add(Mul(xs, r.cos), Mul(Reverse(xs, 3), r.signedSin))
+	xc := IdentityWithCustomGradient(xr, func(_, v *Node) *Node {
+		return Add(Mul(v, r.cos), Reverse(Mul(v, r.signedSin), 3))
+	})
+	return Reshape(Add(value, Sub(xc, StopGradient(xc))), d...)
+}
+
+// applyMasked is apply's rotation of xr [B,T,heads,2,headDim/2] without Reverse.
+func (r rotary) applyMasked(xr *Node) *Node {
+	g := xr.Graph()
 	e0 := Reshape(Const(g, []float32{1, 0}), 1, 1, 1, 2, 1)
 	e1 := Reshape(Const(g, []float32{0, 1}), 1, 1, 1, 2, 1)
 	x1 := ReduceAndKeep(Mul(xr, e0), ReduceSum, 3)
 	x2 := ReduceAndKeep(Mul(xr, e1), ReduceSum, 3)
 	rot := Add(Mul(Neg(x2), e0), Mul(x1, e1))
-	out := Add(Mul(xr, cos), Mul(rot, sin))
-	return Reshape(out, d...)
+	return Add(Mul(xr, r.cos), Mul(rot, r.sin))
 }
 
 // LogSoftmaxLast is a numerically stable log-softmax over the last axis.
