@@ -139,25 +139,33 @@ func BenchmarkSgemm(b *testing.B) {
 // another goroutine holding OpenBLAS's pool (data-parallel replicas multiply concurrently).
 func TestSgemmConcurrentSameBits(t *testing.T) {
 	r := rand.New(rand.NewPCG(5, 6))
-	for _, s := range []struct{ m, n, k int }{{200, 150, 100}, {8, 700, 3000}, {513, 64, 300}} {
-		a, b := randSlice(r, s.m*s.k), randSlice(r, s.k*s.n)
-		product := func() []float32 {
-			c := make([]float32, s.m*s.n)
-			Sgemm(false, true, s.m, s.n, s.k, 1, a, s.k, b, s.k, 0, c, s.n)
-			return c
-		}
-		want := product()
-		results := make([][]float32, 8)
-		var wg sync.WaitGroup
-		for i := range results {
-			wg.Go(func() { results[i] = product() })
-		}
-		wg.Wait()
-		for i, got := range results {
-			for j := range want {
-				if math.Float32bits(got[j]) != math.Float32bits(want[j]) {
-					t.Fatalf("%dx%dx%d: concurrent product %d: c[%d] = %v, alone %v", s.m, s.n, s.k, i, j, got[j], want[j])
-				}
+	// A product for the pool, a thin one split by columns, a tall one, and one below the
+	// threshold that OpenBLAS itself would thread if its thread count were not 1 at the time.
+	shapes := []struct{ m, n, k int }{{200, 150, 100}, {8, 700, 3000}, {513, 64, 300}, {100, 100, 60}}
+	type operands struct{ a, b, want []float32 }
+	ops := make([]operands, len(shapes))
+	product := func(i int) []float32 {
+		s, o := shapes[i], ops[i]
+		c := make([]float32, s.m*s.n)
+		Sgemm(false, true, s.m, s.n, s.k, 1, o.a, s.k, o.b, s.k, 0, c, s.n)
+		return c
+	}
+	for i, s := range shapes {
+		ops[i] = operands{a: randSlice(r, s.m*s.k), b: randSlice(r, s.k*s.n)}
+		ops[i].want = product(i)
+	}
+	const rounds = 6
+	results := make([][]float32, rounds*len(shapes))
+	var wg sync.WaitGroup
+	for j := range results {
+		wg.Go(func() { results[j] = product(j % len(shapes)) })
+	}
+	wg.Wait()
+	for j, got := range results {
+		s, want := shapes[j%len(shapes)], ops[j%len(shapes)].want
+		for i := range want {
+			if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+				t.Fatalf("%dx%dx%d run beside the others: c[%d] = %v, alone %v", s.m, s.n, s.k, i, got[i], want[i])
 			}
 		}
 	}

@@ -89,9 +89,17 @@ func SpreadsOverCores(m, n, k int) bool {
 	return flops >= parallelMinFLOPs
 }
 
-// poolLock lets one product at a time run on OpenBLAS's threads: their number is a setting of
-// the whole library, not of a call.
-var poolLock sync.Mutex
+// poolLock guards OpenBLAS's thread count, a setting of the whole library rather than of a
+// call: a product on its pool holds it for writing, and any other call for reading, so that no
+// call runs while the count is not 1 (OpenBLAS would thread it too, and round differently).
+var poolLock sync.RWMutex
+
+// singleSgemm is one OpenBLAS call on the calling thread.
+func singleSgemm(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
+	poolLock.RLock()
+	defer poolLock.RUnlock()
+	openblasSgemm(transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+}
 
 // parallelSgemm spreads a product over the cores. Large products run on OpenBLAS's own thread
 // pool, which shares the packed panels of A and B between its threads (1.2-2x the speed of
@@ -103,7 +111,7 @@ var poolLock sync.Mutex
 func parallelSgemm(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
 	workers := runtime.GOMAXPROCS(0)
 	if workers == 1 || !SpreadsOverCores(m, n, k) {
-		openblasSgemm(transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+		singleSgemm(transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
 		return
 	}
 	if m >= thinRows {
@@ -132,7 +140,7 @@ func splitSgemm(workers int, transA, transB bool, m, n, k int, alpha float32, a 
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				openblasSgemm(transA, transB, rows, n, k, alpha, a[aOff:], lda, b, ldb, beta, c[i0*ldc:], ldc)
+				singleSgemm(transA, transB, rows, n, k, alpha, a[aOff:], lda, b, ldb, beta, c[i0*ldc:], ldc)
 			}()
 		}
 	} else {
@@ -146,7 +154,7 @@ func splitSgemm(workers int, transA, transB bool, m, n, k int, alpha float32, a 
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				openblasSgemm(transA, transB, m, cols, k, alpha, a, lda, b[bOff:], ldb, beta, c[j0:], ldc)
+				singleSgemm(transA, transB, m, cols, k, alpha, a, lda, b[bOff:], ldb, beta, c[j0:], ldc)
 			}()
 		}
 	}
