@@ -205,8 +205,15 @@ func dotFloat32(r *execution, p *dotPlan, lhs, rhs, out []float32) {
 	sgemmBatch(p.transA, p.transB, p.batch, m, n, k, a, lda, b, ldb, out)
 }
 
-// goGemmMaxFMAs: products up to this size are computed by gemmGo.
-const goGemmMaxFMAs = 1 << 11
+const (
+	// goGemmMaxFMAs: products up to this size are computed by gemmGo.
+	goGemmMaxFMAs = 1 << 11
+	// sideBySideMaxFMAs: a batch of products up to this size runs one product per core at a
+	// time, each on one thread; larger ones run one after the other, each on all the cores. A
+	// product spread over the cores pays a hand-off each time (OpenBLAS waking its pool), which
+	// the attention's per-head products (2^22 multiply-adds in the bench model) do not repay.
+	sideBySideMaxFMAs = 1 << 25
+)
 
 // gemmGo computes c = a·op(b) for a row-major m×k a (row stride lda) in plain Go: dot
 // products of contiguous rows when b is stored transposed ([n,k]), row updates otherwise.
@@ -244,9 +251,10 @@ func gemmGo(transB bool, m, n, k int, a []float32, lda int, b []float32, ldb int
 
 // sgemmBatch computes out[b] = op(a[b])·op(b[b]) for every batch item (row-major, ldc = n).
 // Tiny products run in Go (a cgo call and OpenBLAS's packing cost more than the arithmetic);
-// batches of products too small for blas.Sgemm to split are spread over the cores one item
-// per task (the decode step's attention: 32 heads×rows of [1,256]·[256,64]); larger products
-// go to blas.Sgemm one at a time, which splits each across the cores.
+// batches of products up to sideBySideMaxFMAs are spread over the cores one item per task, each
+// on one thread (the attention's per-head products; the decode step's: 32 heads×rows of
+// [1,256]·[256,64]); larger products go to blas.Sgemm one at a time, which spreads each over
+// the cores.
 func sgemmBatch(transA, transB bool, batch, m, n, k int, a []float32, lda int, b []float32, ldb int, out []float32) {
 	perItem := m * n * k
 	switch {
@@ -256,10 +264,10 @@ func sgemmBatch(transA, transB bool, batch, m, n, k int, a []float32, lda int, b
 				gemmGo(transB, m, n, k, a[bi*m*k:], lda, b[bi*k*n:], ldb, out[bi*m*n:(bi+1)*m*n])
 			}
 		})
-	case batch > 1 && !blas.SpreadsOverCores(m, n, k):
+	case batch > 1 && perItem <= sideBySideMaxFMAs:
 		parallelFor(batch, batch*perItem, func(lo, hi int) {
 			for bi := lo; bi < hi; bi++ {
-				blas.Sgemm(transA, transB, m, n, k, 1, a[bi*m*k:], lda, b[bi*k*n:], ldb, 0, out[bi*m*n:], n)
+				blas.SgemmOneThread(transA, transB, m, n, k, 1, a[bi*m*k:], lda, b[bi*k*n:], ldb, 0, out[bi*m*n:], n)
 			}
 		})
 	default:

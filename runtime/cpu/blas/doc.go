@@ -32,6 +32,23 @@ func Sgemm(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int
 	GoSgemm(transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
 }
 
+// SgemmOneThread is Sgemm on the calling thread only: for callers that run several products
+// side by side, one per core.
+func SgemmOneThread(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
+	if m == 0 || n == 0 {
+		return
+	}
+	checkArgs(transA, transB, m, n, k, a, lda, b, ldb, c, ldc)
+	switch {
+	case k == 0:
+		scaleC(m, n, beta, c, ldc)
+	case Available():
+		singleSgemm(transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+	default:
+		GoSgemm(transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+	}
+}
+
 // checkArgs panics on operand slices too short for the given shapes and strides: a C library
 // would read or write past them.
 func checkArgs(transA, transB bool, m, n, k int, a []float32, lda int, b []float32, ldb int, c []float32, ldc int) {
@@ -79,9 +96,9 @@ const (
 	thinRows             = 16
 )
 
-// SpreadsOverCores says whether Sgemm runs an m×n×k product on several cores (when OpenBLAS is
-// used and GOMAXPROCS > 1); callers with many smaller products run those side by side instead.
-func SpreadsOverCores(m, n, k int) bool {
+// spreadsOverCores says whether Sgemm runs an m×n×k product on several cores (when OpenBLAS is
+// used and GOMAXPROCS > 1).
+func spreadsOverCores(m, n, k int) bool {
 	flops := 2 * m * n * k
 	if m < thinRows {
 		return flops >= thinParallelMinFLOPs
@@ -110,7 +127,7 @@ func singleSgemm(transA, transB bool, m, n, k int, alpha float32, a []float32, l
 // waits for the pool rather than take another path when another goroutine holds it.
 func parallelSgemm(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
 	workers := runtime.GOMAXPROCS(0)
-	if workers == 1 || !SpreadsOverCores(m, n, k) {
+	if workers == 1 || !spreadsOverCores(m, n, k) {
 		singleSgemm(transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
 		return
 	}
