@@ -13,8 +13,11 @@ type bcastPlan struct {
 	// broadcast), and how the innermost (last) merged axis combines the operands.
 	dims           []int
 	lstr, rstr     []int
-	inner          bcastKind // bcastSame, bcastLhsScalar or bcastRhsScalar along the inner axis
+	inner          bcastKind // bcastSame, bcastLhsScalar, bcastRhsScalar or bcastBothScalar along the inner axis
 	innerLen, size int
+	// The outer merged axes (all but the last) and the operands' strides along them, as the
+	// C kernels take them (vec.go).
+	outerDims, outerL, outerR []int64
 }
 
 type bcastKind int
@@ -24,6 +27,9 @@ const (
 	bcastLhsScalar                  // lhs has one element
 	bcastRhsScalar                  // rhs has one element
 	bcastGeneral
+	// bcastBothScalar: along the inner axis both operands repeat one element. Only broadcast
+	// fusion (fuse.go) makes such plans: the op's own operands always cover its output.
+	bcastBothScalar
 )
 
 func newBcastPlan(lhs, rhs, out shapes.Shape) *bcastPlan {
@@ -74,9 +80,16 @@ func newBcastPlan(lhs, rhs, out shapes.Shape) *bcastPlan {
 			rs *= axes[i].d
 		}
 	}
+	for i := range n - 1 {
+		p.outerDims = append(p.outerDims, int64(p.dims[i]))
+		p.outerL = append(p.outerL, int64(p.lstr[i]))
+		p.outerR = append(p.outerR, int64(p.rstr[i]))
+	}
 	last := axes[n-1]
 	p.innerLen = last.d
 	switch {
+	case last.lb && last.rb:
+		p.inner = bcastBothScalar
 	case last.lb:
 		p.inner = bcastLhsScalar
 	case last.rb:
@@ -130,6 +143,12 @@ func applyBinary[T, O any](p *bcastPlan, out []O, a, b []T,
 				vv(dst, a[la:la+inner], b[lb:lb+inner])
 			case bcastLhsScalar:
 				sv(dst, a[la], b[lb:lb+inner])
+			case bcastBothScalar:
+				// One result, repeated.
+				vs(dst[:1], a[la:la+1], b[lb])
+				for i := 1; i < len(dst); i++ {
+					dst[i] = dst[0]
+				}
 			default:
 				vs(dst, a[la:la+inner], b[lb])
 			}

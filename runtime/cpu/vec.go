@@ -140,6 +140,9 @@ func vecBinSV(op backends.OpType, out []float32, x float32, y []float32) bool {
 
 // binaryFloat32 is binaryNumber for float32, through the C kernels where they apply.
 func binaryFloat32(op backends.OpType, p *bcastPlan, out, a, b []float32) {
+	if vecBinNest(op, p, out, a, b) {
+		return
+	}
 	applyBinary(p, out, a, b,
 		func(o, x, y []float32) {
 			if !vecBinVV(op, o, x, y) {
@@ -156,4 +159,31 @@ func binaryFloat32(op backends.OpType, p *bcastPlan, out, a, b []float32) {
 				binSV(op, o, x, y)
 			}
 		})
+}
+
+// vecBinNest runs a broadcasting plan (a [N,D] op [D] or [N,D] op [N,1] pattern, or a deeper
+// one) in C, one call per chunk of rows instead of one per row; it reports whether it did.
+func vecBinNest(op backends.OpType, p *bcastPlan, out, a, b []float32) bool {
+	if !vecCompiledIn || p.kind != bcastGeneral || p.size < vecMinLen || len(p.outerDims) > vecMaxNest {
+		return false
+	}
+	var layout int
+	switch p.inner {
+	case bcastSame:
+		layout = vecVV
+	case bcastRhsScalar:
+		layout = vecVS
+	case bcastLhsScalar:
+		layout = vecSV
+	default:
+		return false
+	}
+	code, ok := vecBinaryCode(op)
+	if !ok {
+		return false
+	}
+	parallelFor(p.size/p.innerLen, p.size, func(lo, hi int) {
+		vecBinaryNestAt(vecLevel, code, layout, out, a, b, p.innerLen, p.outerDims, p.outerL, p.outerR, lo, hi)
+	})
+	return true
 }
