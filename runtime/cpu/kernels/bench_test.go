@@ -225,3 +225,8 @@ func BenchmarkTinyArgMax(b *testing.B) {
 		ArgMinMax(dst, src, []int{8, 64}, 1, false)
 	}
 }
+
+// RoPE's backward pass: the rotation pairs' gradients summed over their size-2 axis.
+func BenchmarkReduceSumPairAxis(b *testing.B) {
+	benchReduce(b, []int{8, 256, 4, 2, 32}, []int{3}, 8*256*4*32)
+}
