@@ -291,3 +291,47 @@ func TestBroadcastFusionGraphs(t *testing.T) {
 		})
 	}
 }
+
+// BenchmarkBroadcastFusion times the RMSNorm- and softmax-shaped ops a Llama step runs, as
+// one program each, with and without broadcast fusion.
+func BenchmarkBroadcastFusion(b *testing.B) {
+	f32 := func(dims ...int) shapes.Shape { return shapes.Make(dtypes.Float32, dims...) }
+	full := f32(2048, 256)
+	cases := []struct {
+		name  string
+		small shapes.Shape
+		axes  []int
+		op    func(bld backends.Builder, x, y backends.Op) (backends.Op, error)
+	}{
+		{"rows-mul", f32(256), []int{1}, func(bld backends.Builder, x, y backends.Op) (backends.Op, error) { return bld.Mul(x, y) }},
+		{"columns-sub", f32(2048, 1), []int{0, 1}, func(bld backends.Builder, x, y backends.Op) (backends.Op, error) { return bld.Sub(x, y) }},
+	}
+	for _, c := range cases {
+		for _, be := range []struct {
+			name string
+			b    *Backend
+		}{{"fused", &Backend{}}, {"unfused", &Backend{noFuse: true}}} {
+			b.Run(c.name+"/"+be.name, func(b *testing.B) {
+				bld := be.b.Builder("bench")
+				x := must(bld.Parameter("x", full, nil))
+				y := must(bld.Parameter("y", c.small, nil))
+				out := must(c.op(bld, x, must(bld.BroadcastInDim(y, full, c.axes))))
+				exe, err := bld.Compile([]backends.Op{out}, nil)
+				if err != nil {
+					b.Fatal(err)
+				}
+				rng := rand.New(rand.NewPCG(1, 2))
+				xb, _ := be.b.BufferFromFlatData(0, randFlat(rng, dtypes.Float32, full.Size()), full)
+				yb, _ := be.b.BufferFromFlatData(0, randFlat(rng, dtypes.Float32, c.small.Size()), c.small)
+				b.SetBytes(int64(full.Size() * 4))
+				for b.Loop() {
+					outs, err := exe.Execute([]backends.Buffer{xb, yb}, nil, 0)
+					if err != nil {
+						b.Fatal(err)
+					}
+					_ = be.b.BufferFinalize(outs[0])
+				}
+			})
+		}
+	}
+}
