@@ -2,10 +2,6 @@ package cpu
 
 import (
 	"fmt"
-	"os"
-	"sort"
-	"sync"
-	"time"
 	"runtime/debug"
 
 	"github.com/gomlx/gomlx/backends"
@@ -231,18 +227,7 @@ func (e *Executable) execute(inputs []backends.Buffer, donate []bool, rep replic
 			// An alias of the operand's storage, with the node's shape.
 			vals[n.idx] = &Buffer{shape: n.shape, flat: inBufs[0].flat, valid: true}
 		default:
-			t0 := time.Now()
 			out, err := s.fn(r, n, inBufs, owned)
-			if opProfOn {
-				desc := n.op.String() + n.shape.String()
-				for _, b := range inBufs {
-					desc += " " + b.shape.String()
-				}
-				opProfMu.Lock()
-				opProf[desc] += time.Since(t0)
-				opCount[desc]++
-				opProfMu.Unlock()
-			}
 			if err != nil {
 				return nil, fmt.Errorf("cpu backend Execute %q: %s: %w", e.name, n.op, err)
 			}
@@ -289,19 +274,4 @@ func (e *Executable) execute(inputs []backends.Buffer, donate []bool, rep replic
 		}
 	}
 	return outs, nil
-}
-
-var opProfOn = os.Getenv("STX_OPPROF") != ""
-var opProfMu sync.Mutex
-var opProf = map[string]time.Duration{}
-var opCount = map[string]int{}
-
-func DumpOpProf() {
-	type kv struct{ k string; v time.Duration }
-	var l []kv
-	var tot time.Duration
-	for k, v := range opProf { l = append(l, kv{k, v}); tot += v }
-	sort.Slice(l, func(i, j int) bool { return l[i].v > l[j].v })
-	fmt.Fprintln(os.Stderr, "TOTAL", tot)
-	for i, e := range l { if i > 60 { break }; fmt.Fprintf(os.Stderr, "%8.1fms %5d %7.3fms %s\n", float64(e.v.Microseconds())/1000, opCount[e.k], float64(e.v.Microseconds())/1000/float64(opCount[e.k]), e.k) }
 }
