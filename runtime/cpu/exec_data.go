@@ -2,6 +2,7 @@ package cpu
 
 import (
 	"fmt"
+	"math"
 
 	"github.com/gomlx/gomlx/backends"
 	"github.com/gomlx/gomlx/pkg/core/dtypes"
@@ -205,8 +206,53 @@ func execBroadcastInDim(r *execution, n *node, in []*Buffer, _ []bool) (*Buffer,
 		return nil, err
 	}
 	out := r.pool.newBuffer(n.shape)
+	if zeroScalar(in[0].flat) {
+		// Zeros to scatter into (the gradients of gathers): clear only writes, where the
+		// broadcast's fill also reads what it copies.
+		clearFlat(out.flat)
+		return out, nil
+	}
 	k.broadcast(out, in[0], n.data.([]int))
 	return out, nil
+}
+
+// zeroScalar reports whether flat holds one element whose bits are all zero (+0 for floats).
+func zeroScalar(flat any) bool {
+	switch f := flat.(type) {
+	case []float32:
+		return len(f) == 1 && math.Float32bits(f[0]) == 0
+	case []float64:
+		return len(f) == 1 && math.Float64bits(f[0]) == 0
+	case []int32:
+		return len(f) == 1 && f[0] == 0
+	case []int64:
+		return len(f) == 1 && f[0] == 0
+	case []uint8:
+		return len(f) == 1 && f[0] == 0
+	case []bool:
+		return len(f) == 1 && !f[0]
+	}
+	return false
+}
+
+// clearFlat sets every element of a flat slice to its zero value.
+func clearFlat(flat any) {
+	switch f := flat.(type) {
+	case []float32:
+		clear(f)
+	case []float64:
+		clear(f)
+	case []int32:
+		clear(f)
+	case []int64:
+		clear(f)
+	case []uint8:
+		clear(f)
+	case []bool:
+		clear(f)
+	default:
+		panic(fmt.Sprintf("cpu backend: unsupported flat type %T", flat))
+	}
 }
 
 func execSlice(r *execution, n *node, in []*Buffer, _ []bool) (*Buffer, error) {
