@@ -15,20 +15,26 @@ import (
 // program runs), Reshape and Identity are aliases handled by Execute itself.
 var executors = map[backends.OpType]execFn{}
 
-func init() {
-	for _, op := range []backends.OpType{
+// unaryOps and binaryOps are the ops execUnary and execBinary run.
+var (
+	unaryOps = []backends.OpType{
 		backends.OpTypeAbs, backends.OpTypeNeg, backends.OpTypeSign, backends.OpTypeExp, backends.OpTypeExpm1,
 		backends.OpTypeLog, backends.OpTypeLog1p, backends.OpTypeLogistic, backends.OpTypeCeil, backends.OpTypeFloor,
 		backends.OpTypeRound, backends.OpTypeRsqrt, backends.OpTypeSqrt, backends.OpTypeCos, backends.OpTypeSin,
 		backends.OpTypeTanh, backends.OpTypeErf, backends.OpTypeLogicalNot,
-	} {
-		executors[op] = execUnary
 	}
-	for _, op := range []backends.OpType{
+	binaryOps = []backends.OpType{
 		backends.OpTypeAdd, backends.OpTypeSub, backends.OpTypeMul, backends.OpTypeDiv, backends.OpTypeRem,
 		backends.OpTypePow, backends.OpTypeMax, backends.OpTypeMin,
 		backends.OpTypeLogicalAnd, backends.OpTypeLogicalOr, backends.OpTypeLogicalXor,
-	} {
+	}
+)
+
+func init() {
+	for _, op := range unaryOps {
+		executors[op] = execUnary
+	}
+	for _, op := range binaryOps {
 		executors[op] = execBinary
 	}
 	for _, op := range []backends.OpType{

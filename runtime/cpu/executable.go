@@ -70,6 +70,9 @@ func (b *Builder) Compile(outputs []backends.Op, shardings []*backends.ShardingS
 		// are needed no more.
 		nodes = fuseBroadcasts(nodes, needed)
 		needed = markNeeded(nodes, outNodes)
+		// Likewise, the ops inside elementwise chains (chain.go) are read by no step.
+		nodes = chainElementwise(nodes, needed, outNodes)
+		needed = markNeeded(nodes, outNodes)
 	}
 	e.root = make([]int, len(b.nodes))
 	e.lastUse = make([]int, len(b.nodes))
@@ -101,6 +104,9 @@ func (b *Builder) Compile(outputs []backends.Op, shardings []*backends.ShardingS
 			e.root[n.idx] = e.root[n.inputs[0].idx]
 		}
 		fn, ok := executors[n.op]
+		if _, chain := n.data.(*chainPlan); chain {
+			fn = execChain
+		}
 		if !ok {
 			return nil, fmt.Errorf("cpu backend Compile: %w", errNotImplemented(n.op))
 		}

@@ -1,0 +1,108 @@
+package cpu
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/gomlx/gomlx/backends"
+	"github.com/gomlx/gomlx/pkg/core/dtypes"
+	"github.com/gomlx/gomlx/pkg/core/shapes"
+)
+
+// chainSteps compiles g on b and returns the number of steps of its program, and how many of
+// them are chains.
+func chainSteps(t *testing.T, b *Backend, g fusionGraph) (steps, chains int) {
+	t.Helper()
+	bld := b.Builder(t.Name())
+	ps := make([]backends.Op, len(g.params))
+	for i, s := range g.params {
+		ps[i] = must(bld.Parameter(fmt.Sprintf("p%d", i), s, nil))
+	}
+	exe, err := bld.Compile(g.build(bld, ps), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range exe.(*Executable).steps {
+		if _, ok := s.n.data.(*chainPlan); ok {
+			chains++
+		}
+	}
+	return len(exe.(*Executable).steps), chains
+}
+
+// TestElementwiseChainsSameBits runs graphs with chains of elementwise ops with and without
+// chaining (and broadcast fusion) and requires identical outputs and the expected programs.
+func TestElementwiseChainsSameBits(t *testing.T) {
+	fused, unfused := &Backend{}, &Backend{noFuse: true}
+	type tc struct {
+		name string
+		g    fusionGraph
+		// steps and chains of the fused program
+		steps, chains int
+	}
+	var tests []tc
+	for _, n := range []int{chainMinSize, 5*chainBlock + 17, 70001} {
+		f32 := shapes.Make(dtypes.Float32, n)
+		tests = append(tests,
+			// SwiGLU: g·σ(g)·u. g is read by the chain's first op and by its second: the result
+			// may not overwrite it block by block (the parameter is not the program's to
+			// overwrite anyway; see "intermediate-head" for an owned one).
+			tc{fmt.Sprintf("swiglu-%d", n), fusionGraph{[]shapes.Shape{f32, f32}, func(b backends.Builder, p []backends.Op) []backends.Op {
+				return []backends.Op{must(b.Mul(must(b.Mul(p[0], must(b.Logistic(p[0])))), p[1]))}
+			}}, 1, 1},
+			// The chain's first input is an intermediate that dies in it and that a later op of
+			// the chain also reads: the output must not be written into it.
+			tc{fmt.Sprintf("intermediate-read-twice-%d", n), fusionGraph{[]shapes.Shape{f32, f32}, func(b backends.Builder, p []backends.Op) []backends.Op {
+				g := must(b.Add(p[0], p[1])) // read twice: not in the chain
+				other := must(b.Neg(p[1]))   // likewise
+				return []backends.Op{must(b.Sub(must(b.Mul(must(b.Sqrt(must(b.Exp(g)))), g)), other)), must(b.Neg(other))}
+			}}, 4, 1},
+			// In place: the chain's first input dies in it and no later op reads it.
+			tc{fmt.Sprintf("intermediate-head-%d", n), fusionGraph{[]shapes.Shape{f32, f32, shapes.Make(dtypes.Float32)}, func(b backends.Builder, p []backends.Op) []backends.Op {
+				h := must(b.Mul(p[0], p[1]))
+				sum := must(b.ReduceSum(h, 0))
+				c := must(b.Div(must(b.Add(must(b.Tanh(h)), p[2])), must(b.Sqrt(must(b.Abs(p[1]))))))
+				return []backends.Op{c, sum}
+			}}, 4, 2},
+			// The same storage under a Reshape, read by a later op of the chain.
+			tc{fmt.Sprintf("reshape-alias-%d", n), fusionGraph{[]shapes.Shape{f32, f32}, func(b backends.Builder, p []backends.Op) []backends.Op {
+				h := must(b.Add(p[0], p[1]))
+				h2 := must(b.Reshape(must(b.Reshape(h, 1, n)), n))
+				return []backends.Op{must(b.Mul(must(b.Exp(h)), h2))}
+			}}, 4, 1},
+			// Scalar operands on either side, Pow, Max, and a two-operand head.
+			tc{fmt.Sprintf("scalars-%d", n), fusionGraph{[]shapes.Shape{f32, f32, shapes.Make(dtypes.Float32)}, func(b backends.Builder, p []backends.Op) []backends.Op {
+				x := must(b.Sub(p[0], p[1]))
+				x = must(b.Pow(x, must(b.Constant([]float32{2}))))
+				x = must(b.Div(p[2], must(b.Add(x, p[2]))))
+				x = must(b.Max(x, p[0]))
+				return []backends.Op{must(b.Log1p(must(b.Abs(x))))}
+			}}, 1, 1},
+			// Outputs inside what would be a chain end it there.
+			tc{fmt.Sprintf("output-inside-%d", n), fusionGraph{[]shapes.Shape{f32}, func(b backends.Builder, p []backends.Op) []backends.Op {
+				a := must(b.Exp(must(b.Neg(p[0]))))
+				return []backends.Op{a, must(b.Mul(must(b.Sin(a)), must(b.Cos(a))))}
+			}}, 3, 2},
+		)
+	}
+	rng := rand.New(rand.NewPCG(18, 4))
+	for _, c := range tests {
+		t.Run(c.name, func(t *testing.T) {
+			inputs := make([]any, len(c.g.params))
+			for i, s := range c.g.params {
+				inputs[i] = randFlat(rng, s.DType, s.Size())
+			}
+			if steps, chains := chainSteps(t, fused, c.g); steps != c.steps || chains != c.chains {
+				t.Errorf("fused program: %d steps, %d chains; want %d, %d", steps, chains, c.steps, c.chains)
+			}
+			want, _ := c.g.compileAndRun(t, unfused, inputs)
+			got, _ := c.g.compileAndRun(t, fused, inputs)
+			for i := range want {
+				if err := sameFlatBits(got[i], want[i]); err != nil {
+					t.Errorf("output #%d: chained vs op by op: %v", i, err)
+				}
+			}
+		})
+	}
+}
