@@ -90,6 +90,9 @@ func chainElementwise(nodes []*node, needed []bool, outputs []*node) []*node {
 		for cur := last; ; {
 			var prev *node
 			for _, in := range cur.inputs {
+				// The program's version of the node: inputs point at the builder's nodes,
+				// which broadcast fusion may have rewritten.
+				in = nodes[in.idx]
 				if readers[in.idx] == 1 && !absorbed[in.idx] && chainable(in) && in.shape.Size() == cur.shape.Size() {
 					prev = in
 					break
@@ -127,7 +130,7 @@ func buildChain(chain []*node) *node {
 			op.plan = p
 		}
 		for j, in := range n.inputs {
-			if i < len(chain)-1 && in == chain[i+1] {
+			if i < len(chain)-1 && in.idx == chain[i+1].idx {
 				continue // the chain's value
 			}
 			s, ok := slot[in]

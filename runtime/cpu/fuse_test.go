@@ -266,6 +266,14 @@ func TestBroadcastFusionGraphs(t *testing.T) {
 			d := must(b.Div(e, must(b.BroadcastInDim(s, full, []int{0}))))
 			return []backends.Op{must(b.Mul(must(b.BroadcastInDim(p[2], full, []int{1})), d)), s}
 		}}, 0},
+		// Chains (chain.go) are built over the fused program: a fused op inside a chain reads
+		// the broadcast's operand, and the broadcast is not computed.
+		{"chain-over-fused-scalar", fusionGraph{[]shapes.Shape{f32(128, 128), f32()}, func(b backends.Builder, p []backends.Op) []backends.Op {
+			return []backends.Op{must(b.Exp(must(b.Mul(p[0], must(b.BroadcastInDim(p[1], f32(128, 128), nil))))))}
+		}}, 0},
+		{"chain-then-fused-rows", fusionGraph{[]shapes.Shape{f32(128, 128), f32(128)}, func(b backends.Builder, p []backends.Op) []backends.Op {
+			return []backends.Op{must(b.Mul(must(b.Exp(must(b.Neg(p[0])))), must(b.BroadcastInDim(p[1], f32(128, 128), []int{1}))))}
+		}}, 0},
 		{"bool-where-condition", fusionGraph{[]shapes.Shape{shapes.Make(dtypes.Bool, 64, 48), shapes.Make(dtypes.Bool, 48), full}, func(b backends.Builder, p []backends.Op) []backends.Op {
 			c := must(b.LogicalAnd(p[0], must(b.BroadcastInDim(p[1], shapes.Make(dtypes.Bool, 64, 48), []int{1}))))
 			return []backends.Op{must(b.Where(c, p[2], must(b.Neg(p[2]))))}
