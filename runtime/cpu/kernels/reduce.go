@@ -180,6 +180,13 @@ func reduceColumnsRange[T Number](dst, src []T, kept, red []axis, op ReduceOp, i
 		}
 		p0, p1 := width*p/pieces, width*(p+1)/pieces
 		out := dst[d+p0 : d+p1]
+		if redRows == 2 {
+			// One pass for a pair (RoPE's halves: 32 outputs from 2 rows per block). Reduced
+			// groups have two or more elements: this is one group of two, red[0].
+			r0, r1 := s+p0, s+p0+red[0].s
+			combineFrom2(op, out, id, src[r0:r0+len(out)], src[r1:r1+len(out)])
+			continue
+		}
 		if len(out) < 256 {
 			for i := range out {
 				out[i] = id
