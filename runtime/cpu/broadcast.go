@@ -117,52 +117,55 @@ func applyBinary[T, O any](p *bcastPlan, out []O, a, b []T,
 		parallelFor(p.size, p.size, func(lo, hi int) { vs(out[lo:hi], a[lo:hi], s) })
 		return
 	}
+	parallelFor(p.size/p.innerLen, p.size, func(lo, hi int) { applyRows(p, out, a, b, vv, vs, sv, lo, hi) })
+}
+
+// applyRows runs rows [lo, hi) of a bcastGeneral plan: row o writes out[o·innerLen:(o+1)·innerLen].
+func applyRows[T, O any](p *bcastPlan, out []O, a, b []T,
+	vv func(out []O, a, b []T), vs func(out []O, a []T, b T), sv func(out []O, a T, b []T), lo, hi int) {
 	inner := p.innerLen
-	outer := p.size / inner
 	nd := len(p.dims) - 1
-	parallelFor(outer, p.size, func(lo, hi int) {
-		// Mixed-radix counter over the outer merged axes, started at lo.
-		var idxBuf [8]int
-		idx := idxBuf[:0]
-		if nd > len(idxBuf) {
-			idx = make([]int, 0, nd)
+	// Mixed-radix counter over the outer merged axes, started at lo.
+	var idxBuf [8]int
+	idx := idxBuf[:0]
+	if nd > len(idxBuf) {
+		idx = make([]int, 0, nd)
+	}
+	idx = idx[:nd]
+	rem := lo
+	la, lb := 0, 0
+	for i := nd - 1; i >= 0; i-- {
+		idx[i] = rem % p.dims[i]
+		rem /= p.dims[i]
+		la += idx[i] * p.lstr[i]
+		lb += idx[i] * p.rstr[i]
+	}
+	for o := lo; o < hi; o++ {
+		dst := out[o*inner : (o+1)*inner]
+		switch p.inner {
+		case bcastSame:
+			vv(dst, a[la:la+inner], b[lb:lb+inner])
+		case bcastLhsScalar:
+			sv(dst, a[la], b[lb:lb+inner])
+		case bcastBothScalar:
+			// One result, repeated.
+			vs(dst[:1], a[la:la+1], b[lb])
+			for i := 1; i < len(dst); i++ {
+				dst[i] = dst[0]
+			}
+		default:
+			vs(dst, a[la:la+inner], b[lb])
 		}
-		idx = idx[:nd]
-		rem := lo
-		la, lb := 0, 0
 		for i := nd - 1; i >= 0; i-- {
-			idx[i] = rem % p.dims[i]
-			rem /= p.dims[i]
-			la += idx[i] * p.lstr[i]
-			lb += idx[i] * p.rstr[i]
-		}
-		for o := lo; o < hi; o++ {
-			dst := out[o*inner : (o+1)*inner]
-			switch p.inner {
-			case bcastSame:
-				vv(dst, a[la:la+inner], b[lb:lb+inner])
-			case bcastLhsScalar:
-				sv(dst, a[la], b[lb:lb+inner])
-			case bcastBothScalar:
-				// One result, repeated.
-				vs(dst[:1], a[la:la+1], b[lb])
-				for i := 1; i < len(dst); i++ {
-					dst[i] = dst[0]
-				}
-			default:
-				vs(dst, a[la:la+inner], b[lb])
+			idx[i]++
+			la += p.lstr[i]
+			lb += p.rstr[i]
+			if idx[i] < p.dims[i] {
+				break
 			}
-			for i := nd - 1; i >= 0; i-- {
-				idx[i]++
-				la += p.lstr[i]
-				lb += p.rstr[i]
-				if idx[i] < p.dims[i] {
-					break
-				}
-				la -= p.dims[i] * p.lstr[i]
-				lb -= p.dims[i] * p.rstr[i]
-				idx[i] = 0
-			}
+			la -= p.dims[i] * p.lstr[i]
+			lb -= p.dims[i] * p.rstr[i]
+			idx[i] = 0
 		}
-	})
+	}
 }

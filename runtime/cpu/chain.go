@@ -34,6 +34,9 @@ type chainOp struct {
 // chainPlan is the data of a chain's step node.
 type chainPlan struct {
 	ops []chainOp
+	// row is the row length of the chain's broadcasting ops (1 without any): blocks are whole
+	// rows.
+	row int
 	// head lists, per step input, whether only the chain's first op reads it: the output may
 	// then be written into it (an input a later op reads would be overwritten, block by block,
 	// before that op reads it).
@@ -55,10 +58,19 @@ func chainable(n *node) bool {
 		return true
 	}
 	if slices.Contains(binaryOps, n.op) {
-		p, ok := n.data.(*bcastPlan)
-		return ok && p.kind != bcastGeneral
+		_, ok := n.data.(*bcastPlan)
+		return ok
 	}
 	return false
+}
+
+// rowLen is the row length a chain op iterates by: a broadcasting (bcastGeneral) op's inner
+// run, 0 for the others, which run over any range.
+func rowLen(n *node) int {
+	if p, ok := n.data.(*bcastPlan); ok && p.kind == bcastGeneral {
+		return p.innerLen
+	}
+	return 0
 }
 
 // chainElementwise returns the program's nodes with each chain replaced by one node at the
@@ -86,7 +98,9 @@ func chainElementwise(nodes []*node, needed []bool, outputs []*node) []*node {
 		}
 		// Walk back while the chain's value comes from a chainable op of the same size that
 		// only the current op reads (once); of two such operands, the first.
-		chain := []*node{last}
+		// The chain runs by blocks of whole rows: its broadcasting ops must share their row
+		// length.
+		chain, row := []*node{last}, rowLen(last)
 		for cur := last; ; {
 			var prev *node
 			for _, in := range cur.inputs {
@@ -94,7 +108,10 @@ func chainElementwise(nodes []*node, needed []bool, outputs []*node) []*node {
 				// which broadcast fusion may have rewritten.
 				in = nodes[in.idx]
 				if readers[in.idx] == 1 && !absorbed[in.idx] && chainable(in) && in.shape.Size() == cur.shape.Size() {
-					prev = in
+					if r := rowLen(in); r == 0 || row == 0 || r == row {
+						prev = in
+						row = max(row, r)
+					}
 					break
 				}
 			}
@@ -146,6 +163,10 @@ func buildChain(chain []*node) *node {
 		}
 		plan.ops = append(plan.ops, op)
 	}
+	plan.row = 1
+	for _, n := range chain {
+		plan.row = max(plan.row, rowLen(n))
+	}
 	c.data = plan
 	return &c
 }
@@ -169,12 +190,13 @@ func execChain(r *execution, n *node, in []*Buffer, owned []bool) (*Buffer, erro
 		out = r.pool.newBuffer(n.shape)
 	}
 	o := out.flat.([]float32)
-	parallelFor(size, size, func(lo, hi int) {
-		for b := lo; b < hi; b += chainBlock {
-			e := min(b+chainBlock, hi)
-			v := o[b:e]
+	row := plan.row
+	blockRows := max(1, chainBlock/row)
+	parallelFor(size/row, size, func(lo, hi int) {
+		for r := lo; r < hi; r += blockRows {
+			re := min(r+blockRows, hi)
 			for k := range plan.ops {
-				runChainOp(&plan.ops[k], v, flats, b, e)
+				runChainOp(&plan.ops[k], o, flats, r, re, row)
 			}
 		}
 	})
@@ -192,8 +214,23 @@ func sharedWithLaterOps(plan *chainPlan, flats [][]float32, i int) bool {
 	return false
 }
 
-// runChainOp computes one op of a chain over elements [lo, hi) into v (= the output's block).
-func runChainOp(c *chainOp, v []float32, flats [][]float32, lo, hi int) {
+// runChainOp computes one op of a chain over rows [rlo, rhi) (of row elements) into o, the
+// chain's output, which holds the chain's value.
+func runChainOp(c *chainOp, o []float32, flats [][]float32, rlo, rhi, row int) {
+	if c.plan != nil && c.plan.kind == bcastGeneral {
+		// Whole arrays, indexed by the plan; the chain's value is o itself.
+		a, b := o, o
+		if c.src[0] >= 0 {
+			a = flats[c.src[0]]
+		}
+		if c.src[1] >= 0 {
+			b = flats[c.src[1]]
+		}
+		binaryFloat32Rows(c.op, c.plan, o, a, b, rlo, rhi)
+		return
+	}
+	lo, hi := rlo*row, rhi*row
+	v := o[lo:hi]
 	operand := func(j int) []float32 {
 		if c.src[j] < 0 {
 			return v

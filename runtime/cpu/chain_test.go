@@ -86,6 +86,33 @@ func TestElementwiseChainsSameBits(t *testing.T) {
 			}}, 3, 2},
 		)
 	}
+	// Chains through fused broadcasts run by whole rows.
+	f32 := func(dims ...int) shapes.Shape { return shapes.Make(dtypes.Float32, dims...) }
+	for _, d := range [][2]int{{64, 256}, {300, 70}, {4, 4096}, {5000, 16}} {
+		n, dim := d[0], d[1]
+		full := f32(n, dim)
+		tests = append(tests,
+			// RMSNorm's x·r·w.
+			tc{fmt.Sprintf("rmsnorm-%dx%d", n, dim), fusionGraph{[]shapes.Shape{full, f32(n, 1), f32(dim)}, func(b backends.Builder, p []backends.Op) []backends.Op {
+				xr := must(b.Mul(p[0], must(b.BroadcastInDim(p[1], full, []int{0, 1}))))
+				return []backends.Op{must(b.Mul(xr, must(b.BroadcastInDim(p[2], full, []int{1}))))}
+			}}, 1, 1},
+			// Softmax's exp(x − max) / sum, the sum taken in between (two chains).
+			tc{fmt.Sprintf("softmax-%dx%d", n, dim), fusionGraph{[]shapes.Shape{full}, func(b backends.Builder, p []backends.Op) []backends.Op {
+				mx := must(b.ReduceMax(p[0], 1))
+				e := must(b.Exp(must(b.Sub(p[0], must(b.BroadcastInDim(mx, full, []int{0}))))))
+				sum := must(b.ReduceSum(e, 1))
+				return []backends.Op{must(b.Neg(must(b.Div(e, must(b.BroadcastInDim(sum, full, []int{0}))))))}
+			}}, 4, 2},
+		)
+	}
+	// Broadcasting ops with different row lengths (32 and 64) split the chain.
+	tests = append(tests, tc{"row-lengths-differ", fusionGraph{[]shapes.Shape{f32(300, 2, 32), f32(2), f32(300)}, func(b backends.Builder, p []backends.Op) []backends.Op {
+		full := f32(300, 2, 32)
+		x := must(b.Mul(p[0], must(b.BroadcastInDim(p[1], full, []int{1}))))
+		x = must(b.Add(x, must(b.BroadcastInDim(p[2], full, []int{0}))))
+		return []backends.Op{must(b.Exp(x))}
+	}}, 2, 1})
 	rng := rand.New(rand.NewPCG(18, 4))
 	for _, c := range tests {
 		t.Run(c.name, func(t *testing.T) {
