@@ -8,12 +8,13 @@ import (
 	"github.com/gomlx/gomlx/pkg/core/dtypes"
 )
 
-// Elementwise chains. A run of float32 elementwise ops where each result is read only by the
-// next op (SwiGLU's logistic → product → product, AdamW's update arithmetic) would stream every
-// intermediate array through memory. Compile turns such a run into one step that computes it
-// block by block: each block of the result stays in cache while every op of the chain runs
-// on it. Each element still goes through the same ops in the same order, with the same
-// kernels: the bits are those of the op-by-op program.
+// Elementwise chains. Float32 elementwise ops whose results are read only by the next op
+// (SwiGLU's logistic → product → product, RMSNorm's x·r·w, RoPE's x·cos + rot·sin) would stream
+// every intermediate array through memory. Compile turns each such group (a tree: an op may
+// take two such operands) into one step that computes it block by block: each block of every
+// intermediate stays in cache while the group's ops run on it. Each element still goes through
+// the same ops in the same order, with the same kernels: the bits are those of the op-by-op
+// program.
 
 // chainMinSize is the smallest output a chain is built for: below it the arrays sit in cache
 // anyway.
@@ -23,23 +24,27 @@ const chainMinSize = 1 << 14
 // core's L1/L2 with room to spare, and one C call per op per block costs little next to it.
 const chainBlock = 4096
 
-// chainOp is one op of a chain: a unary op of the chain's value, or a binary op whose operands
-// are the chain's value (src -1) or step inputs (src ≥ 0), full-size or scalar as plan says.
+// chainOp is one op of a chain: a unary or binary op whose operands are step inputs (src ≥ 0:
+// full-size, scalar or broadcast as plan says) or results of earlier ops of the chain (src
+// -1-k: op k's), and whose result goes to the chain's output (dst -1) or scratch array dst.
 type chainOp struct {
 	op   backends.OpType
 	plan *bcastPlan // binary ops only
 	src  [2]int
+	dst  int
 }
 
 // chainPlan is the data of a chain's step node.
 type chainPlan struct {
 	ops []chainOp
+	// scratch is the number of full-size scratch arrays the chain's branches need.
+	scratch int
 	// row is the row length of the chain's broadcasting ops (1 without any): blocks are whole
 	// rows.
 	row int
-	// head lists, per step input, whether only the chain's first op reads it: the output may
-	// then be written into it (an input a later op reads would be overwritten, block by block,
-	// before that op reads it).
+	// head lists, per step input, whether the output may be written into it: no op reads it
+	// after the first op that writes the output (a later one would read it overwritten, block
+	// by block).
 	head []bool
 }
 
@@ -96,76 +101,98 @@ func chainElementwise(nodes []*node, needed []bool, outputs []*node) []*node {
 		if !needed[i] || absorbed[i] || !chainable(last) {
 			continue
 		}
-		// Walk back while the chain's value comes from a chainable op of the same size that
-		// only the current op reads (once); of two such operands, the first.
-		// The chain runs by blocks of whole rows: its broadcasting ops must share their row
-		// length.
-		chain, row := []*node{last}, rowLen(last)
-		for cur := last; ; {
-			var prev *node
-			for _, in := range cur.inputs {
+		// Take in, transitively, every operand that is a chainable op of the same size read
+		// only by its one reader (once). The chain runs by blocks of whole rows: its
+		// broadcasting ops must share their row length.
+		members, row := []*node{last}, rowLen(last)
+		for k := 0; k < len(members); k++ {
+			for _, in := range members[k].inputs {
 				// The program's version of the node: inputs point at the builder's nodes,
 				// which broadcast fusion may have rewritten.
 				in = nodes[in.idx]
-				if readers[in.idx] == 1 && !absorbed[in.idx] && chainable(in) && in.shape.Size() == cur.shape.Size() {
-					if r := rowLen(in); r == 0 || row == 0 || r == row {
-						prev = in
-						row = max(row, r)
-					}
-					break
+				if readers[in.idx] != 1 || absorbed[in.idx] || !chainable(in) || in.shape.Size() != last.shape.Size() {
+					continue
 				}
+				if r := rowLen(in); r != 0 && row != 0 && r != row {
+					continue
+				}
+				row = max(row, rowLen(in))
+				absorbed[in.idx] = true
+				members = append(members, in)
 			}
-			if prev == nil {
-				break
-			}
-			chain = append(chain, prev)
-			absorbed[prev.idx] = true
-			cur = prev
 		}
-		if len(chain) < 2 {
+		if len(members) < 2 {
 			continue
 		}
 		if !cloned {
 			prog, cloned = slices.Clone(nodes), true
 		}
-		prog[i] = buildChain(chain)
+		// Builder order is topological: the ops run in it.
+		slices.SortFunc(members, func(a, b *node) int { return a.idx - b.idx })
+		prog[i] = buildChain(members)
 	}
 	return prog
 }
 
-// buildChain makes the step node of chain (its ops last first).
-func buildChain(chain []*node) *node {
-	last := chain[0]
+// buildChain makes the step node of a chain from its ops in program order (the last one is
+// the chain's result).
+func buildChain(ops []*node) *node {
+	last := ops[len(ops)-1]
 	c := *last
 	c.inputs = nil
-	plan := &chainPlan{}
-	slot := map[*node]int{}
-	for i := len(chain) - 1; i >= 0; i-- {
-		n := chain[i]
+	plan := &chainPlan{row: 1}
+	pos := make(map[int]int, len(ops)) // node idx -> op position
+	for k, n := range ops {
+		pos[n.idx] = k
+		plan.row = max(plan.row, rowLen(n))
+	}
+	// reader[k] is the position of the op that reads op k's result.
+	reader := make([]int, len(ops))
+	slot := map[int]int{}     // node idx -> step input
+	lastRead := map[int]int{} // step input -> last op reading it
+	for k, n := range ops {
 		op := chainOp{op: n.op, src: [2]int{-1, -1}}
 		if p, ok := n.data.(*bcastPlan); ok {
 			op.plan = p
 		}
 		for j, in := range n.inputs {
-			if i < len(chain)-1 && in.idx == chain[i+1].idx {
-				continue // the chain's value
+			if m, ok := pos[in.idx]; ok {
+				op.src[j] = -1 - m
+				reader[m] = k
+				continue
 			}
-			s, ok := slot[in]
+			s, ok := slot[in.idx]
 			if !ok {
 				s = len(c.inputs)
-				slot[in] = s
+				slot[in.idx] = s
 				c.inputs = append(c.inputs, in)
-				plan.head = append(plan.head, i == len(chain)-1)
-			} else if i != len(chain)-1 {
-				plan.head[s] = false
 			}
 			op.src[j] = s
+			lastRead[s] = k
 		}
 		plan.ops = append(plan.ops, op)
 	}
-	plan.row = 1
-	for _, n := range chain {
-		plan.row = max(plan.row, rowLen(n))
+	// Destinations, from the result backwards: an op read by the next one writes where that
+	// one writes (the next op then runs in place), any other one into scratch of its own.
+	plan.ops[len(ops)-1].dst = -1
+	for k := len(ops) - 2; k >= 0; k-- {
+		if reader[k] == k+1 {
+			plan.ops[k].dst = plan.ops[k+1].dst
+		} else {
+			plan.ops[k].dst = plan.scratch
+			plan.scratch++
+		}
+	}
+	firstOut := len(ops) - 1
+	for k := range plan.ops {
+		if plan.ops[k].dst == -1 {
+			firstOut = k
+			break
+		}
+	}
+	plan.head = make([]bool, len(c.inputs))
+	for s := range plan.head {
+		plan.head[s] = lastRead[s] <= firstOut
 	}
 	c.data = plan
 	return &c
@@ -190,21 +217,46 @@ func execChain(r *execution, n *node, in []*Buffer, owned []bool) (*Buffer, erro
 		out = r.pool.newBuffer(n.shape)
 	}
 	o := out.flat.([]float32)
+	scratch := make([][]float32, plan.scratch)
+	for i := range scratch {
+		scratch[i] = r.pool.get(n.shape.DType, size).([]float32)
+	}
+	dst := func(k int) []float32 {
+		if d := plan.ops[k].dst; d >= 0 {
+			return scratch[d]
+		}
+		return o
+	}
+	operand := func(src int) []float32 {
+		if src >= 0 {
+			return flats[src]
+		}
+		return dst(-1 - src)
+	}
 	row := plan.row
 	blockRows := max(1, chainBlock/row)
 	parallelFor(size/row, size, func(lo, hi int) {
 		for r := lo; r < hi; r += blockRows {
 			re := min(r+blockRows, hi)
 			for k := range plan.ops {
-				runChainOp(&plan.ops[k], o, flats, r, re, row)
+				c := &plan.ops[k]
+				var a, b []float32
+				a = operand(c.src[0])
+				if c.plan != nil {
+					b = operand(c.src[1])
+				}
+				runChainOp(c, dst(k), a, b, r, re, row)
 			}
 		}
 	})
+	for _, s := range scratch {
+		r.pool.put(n.shape.DType, s)
+	}
 	return out, nil
 }
 
-// sharedWithLaterOps reports whether input i's storage is also an input that an op after the
-// first reads (the same array under another node, e.g. a Reshape).
+// sharedWithLaterOps reports whether input i's storage is also an input that may not hold the
+// output (the same array under another node, e.g. a Reshape).
 func sharedWithLaterOps(plan *chainPlan, flats [][]float32, i int) bool {
 	for j, f := range flats {
 		if j != i && !plan.head[j] && len(f) > 0 && unsafe.SliceData(f) == unsafe.SliceData(flats[i]) {
@@ -214,31 +266,18 @@ func sharedWithLaterOps(plan *chainPlan, flats [][]float32, i int) bool {
 	return false
 }
 
-// runChainOp computes one op of a chain over rows [rlo, rhi) (of row elements) into o, the
-// chain's output, which holds the chain's value.
-func runChainOp(c *chainOp, o []float32, flats [][]float32, rlo, rhi, row int) {
+// runChainOp computes one op of a chain over rows [rlo, rhi) (of row elements) into d; a and
+// b are its operands' whole arrays (b nil for a unary op).
+func runChainOp(c *chainOp, d, a, b []float32, rlo, rhi, row int) {
 	if c.plan != nil && c.plan.kind == bcastGeneral {
-		// Whole arrays, indexed by the plan; the chain's value is o itself.
-		a, b := o, o
-		if c.src[0] >= 0 {
-			a = flats[c.src[0]]
-		}
-		if c.src[1] >= 0 {
-			b = flats[c.src[1]]
-		}
-		binaryFloat32Rows(c.op, c.plan, o, a, b, rlo, rhi)
+		// Whole arrays, indexed by the plan: the chain's broadcasting ops share its row length.
+		binaryFloat32Rows(c.op, c.plan, d, a, b, rlo, rhi)
 		return
 	}
 	lo, hi := rlo*row, rhi*row
-	v := o[lo:hi]
-	operand := func(j int) []float32 {
-		if c.src[j] < 0 {
-			return v
-		}
-		return flats[c.src[j]][lo:hi]
-	}
+	v := d[lo:hi]
 	if c.plan == nil {
-		x := operand(0)
+		x := a[lo:hi]
 		if !vecUnary(c.op, v, x) && !unaryFloat32Fast(c.op, v, x) {
 			unaryFloat(c.op, v, x)
 		}
@@ -246,19 +285,19 @@ func runChainOp(c *chainOp, o []float32, flats [][]float32, rlo, rhi, row int) {
 	}
 	switch c.plan.kind {
 	case bcastSame:
-		a, b := operand(0), operand(1)
-		if !vecBinVV(c.op, v, a, b) {
-			binVV(c.op, v, a, b)
+		x, y := a[lo:hi], b[lo:hi]
+		if !vecBinVV(c.op, v, x, y) {
+			binVV(c.op, v, x, y)
 		}
 	case bcastRhsScalar:
-		a, s := operand(0), flats[c.src[1]][0]
-		if !vecBinVS(c.op, v, a, s) {
-			binVS(c.op, v, a, s)
+		x, s := a[lo:hi], b[0]
+		if !vecBinVS(c.op, v, x, s) {
+			binVS(c.op, v, x, s)
 		}
 	case bcastLhsScalar:
-		s, b := flats[c.src[0]][0], operand(1)
-		if !vecBinSV(c.op, v, s, b) {
-			binSV(c.op, v, s, b)
+		s, y := a[0], b[lo:hi]
+		if !vecBinSV(c.op, v, s, y) {
+			binSV(c.op, v, s, y)
 		}
 	}
 }

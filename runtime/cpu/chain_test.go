@@ -31,8 +31,9 @@ func chainSteps(t *testing.T, b *Backend, g fusionGraph) (steps, chains int) {
 	return len(exe.(*Executable).steps), chains
 }
 
-// TestElementwiseChainsSameBits runs graphs with chains of elementwise ops with and without
-// chaining (and broadcast fusion) and requires identical outputs and the expected programs.
+// TestElementwiseChainsSameBits runs graphs with chains (and trees) of elementwise ops with
+// and without chaining (and broadcast fusion) and requires identical outputs and the expected
+// programs.
 func TestElementwiseChainsSameBits(t *testing.T) {
 	fused, unfused := &Backend{}, &Backend{noFuse: true}
 	type tc struct {
@@ -58,13 +59,14 @@ func TestElementwiseChainsSameBits(t *testing.T) {
 				other := must(b.Neg(p[1]))   // likewise
 				return []backends.Op{must(b.Sub(must(b.Mul(must(b.Sqrt(must(b.Exp(g)))), g)), other)), must(b.Neg(other))}
 			}}, 4, 1},
-			// In place: the chain's first input dies in it and no later op reads it.
+			// In place: the chain's first input dies in it and no op reads it after the first
+			// that writes the output (Abs, once Tanh and Add have run into scratch).
 			tc{fmt.Sprintf("intermediate-head-%d", n), fusionGraph{[]shapes.Shape{f32, f32, shapes.Make(dtypes.Float32)}, func(b backends.Builder, p []backends.Op) []backends.Op {
 				h := must(b.Mul(p[0], p[1]))
 				sum := must(b.ReduceSum(h, 0))
 				c := must(b.Div(must(b.Add(must(b.Tanh(h)), p[2])), must(b.Sqrt(must(b.Abs(p[1]))))))
 				return []backends.Op{c, sum}
-			}}, 4, 2},
+			}}, 3, 1},
 			// The same storage under a Reshape, read by a later op of the chain.
 			tc{fmt.Sprintf("reshape-alias-%d", n), fusionGraph{[]shapes.Shape{f32, f32}, func(b backends.Builder, p []backends.Op) []backends.Op {
 				h := must(b.Add(p[0], p[1]))
@@ -79,11 +81,12 @@ func TestElementwiseChainsSameBits(t *testing.T) {
 				x = must(b.Max(x, p[0]))
 				return []backends.Op{must(b.Log1p(must(b.Abs(x))))}
 			}}, 1, 1},
-			// Outputs inside what would be a chain end it there.
+			// Outputs inside what would be a chain end it there; Sin and Cos are two branches
+			// of one chain.
 			tc{fmt.Sprintf("output-inside-%d", n), fusionGraph{[]shapes.Shape{f32}, func(b backends.Builder, p []backends.Op) []backends.Op {
 				a := must(b.Exp(must(b.Neg(p[0]))))
 				return []backends.Op{a, must(b.Mul(must(b.Sin(a)), must(b.Cos(a))))}
-			}}, 3, 2},
+			}}, 2, 2},
 		)
 	}
 	// Chains through fused broadcasts run by whole rows.
@@ -106,6 +109,13 @@ func TestElementwiseChainsSameBits(t *testing.T) {
 			}}, 4, 2},
 		)
 	}
+	// RoPE's x·cos + rot·sin, rot = −x2·e0 + x1·e1: two levels of branches, rows of 32.
+	tests = append(tests, tc{"rope-tree", fusionGraph{[]shapes.Shape{f32(300, 2, 32), f32(300, 1, 32), f32(300, 1, 32), f32(300, 1, 32), f32(300, 1, 32)},
+		func(b backends.Builder, p []backends.Op) []backends.Op {
+			e0, e1 := must(b.Constant([]float32{1, 0}, 1, 2, 1)), must(b.Constant([]float32{0, 1}, 1, 2, 1))
+			rot := must(b.Add(must(b.Mul(must(b.Neg(p[1])), e0)), must(b.Mul(p[2], e1))))
+			return []backends.Op{must(b.Add(must(b.Mul(p[0], p[3])), must(b.Mul(rot, p[4]))))}
+		}}, 2, 1})
 	// Broadcasting ops with different row lengths (32 and 64) split the chain.
 	tests = append(tests, tc{"row-lengths-differ", fusionGraph{[]shapes.Shape{f32(300, 2, 32), f32(2), f32(300)}, func(b backends.Builder, p []backends.Op) []backends.Op {
 		full := f32(300, 2, 32)
