@@ -23,6 +23,8 @@ type Backend struct {
 	pool      bufferPool
 	finalized atomic.Bool
 	devices   int // virtual devices (config "devices=N"); see devices.go
+	// noFuse turns off broadcast fusion (fuse.go), for the tests that compare both programs.
+	noFuse bool
 }
 
 var _ backends.Backend = (*Backend)(nil)

@@ -13,8 +13,11 @@ type bcastPlan struct {
 	// broadcast), and how the innermost (last) merged axis combines the operands.
 	dims           []int
 	lstr, rstr     []int
-	inner          bcastKind // bcastSame, bcastLhsScalar or bcastRhsScalar along the inner axis
+	inner          bcastKind // bcastSame, bcastLhsScalar, bcastRhsScalar or bcastBothScalar along the inner axis
 	innerLen, size int
+	// The outer merged axes (all but the last) and the operands' strides along them, as the
+	// C kernels take them (vec.go).
+	outerDims, outerL, outerR []int64
 }
 
 type bcastKind int
@@ -24,6 +27,9 @@ const (
 	bcastLhsScalar                  // lhs has one element
 	bcastRhsScalar                  // rhs has one element
 	bcastGeneral
+	// bcastBothScalar: along the inner axis both operands repeat one element. Only broadcast
+	// fusion (fuse.go) makes such plans: the op's own operands always cover its output.
+	bcastBothScalar
 )
 
 func newBcastPlan(lhs, rhs, out shapes.Shape) *bcastPlan {
@@ -74,9 +80,16 @@ func newBcastPlan(lhs, rhs, out shapes.Shape) *bcastPlan {
 			rs *= axes[i].d
 		}
 	}
+	for i := range n - 1 {
+		p.outerDims = append(p.outerDims, int64(p.dims[i]))
+		p.outerL = append(p.outerL, int64(p.lstr[i]))
+		p.outerR = append(p.outerR, int64(p.rstr[i]))
+	}
 	last := axes[n-1]
 	p.innerLen = last.d
 	switch {
+	case last.lb && last.rb:
+		p.inner = bcastBothScalar
 	case last.lb:
 		p.inner = bcastLhsScalar
 	case last.rb:
@@ -104,46 +117,55 @@ func applyBinary[T, O any](p *bcastPlan, out []O, a, b []T,
 		parallelFor(p.size, p.size, func(lo, hi int) { vs(out[lo:hi], a[lo:hi], s) })
 		return
 	}
+	parallelFor(p.size/p.innerLen, p.size, func(lo, hi int) { applyRows(p, out, a, b, vv, vs, sv, lo, hi) })
+}
+
+// applyRows runs rows [lo, hi) of a bcastGeneral plan: row o writes out[o·innerLen:(o+1)·innerLen].
+func applyRows[T, O any](p *bcastPlan, out []O, a, b []T,
+	vv func(out []O, a, b []T), vs func(out []O, a []T, b T), sv func(out []O, a T, b []T), lo, hi int) {
 	inner := p.innerLen
-	outer := p.size / inner
 	nd := len(p.dims) - 1
-	parallelFor(outer, p.size, func(lo, hi int) {
-		// Mixed-radix counter over the outer merged axes, started at lo.
-		var idxBuf [8]int
-		idx := idxBuf[:0]
-		if nd > len(idxBuf) {
-			idx = make([]int, 0, nd)
+	// Mixed-radix counter over the outer merged axes, started at lo.
+	var idxBuf [8]int
+	idx := idxBuf[:0]
+	if nd > len(idxBuf) {
+		idx = make([]int, 0, nd)
+	}
+	idx = idx[:nd]
+	rem := lo
+	la, lb := 0, 0
+	for i := nd - 1; i >= 0; i-- {
+		idx[i] = rem % p.dims[i]
+		rem /= p.dims[i]
+		la += idx[i] * p.lstr[i]
+		lb += idx[i] * p.rstr[i]
+	}
+	for o := lo; o < hi; o++ {
+		dst := out[o*inner : (o+1)*inner]
+		switch p.inner {
+		case bcastSame:
+			vv(dst, a[la:la+inner], b[lb:lb+inner])
+		case bcastLhsScalar:
+			sv(dst, a[la], b[lb:lb+inner])
+		case bcastBothScalar:
+			// One result, repeated.
+			vs(dst[:1], a[la:la+1], b[lb])
+			for i := 1; i < len(dst); i++ {
+				dst[i] = dst[0]
+			}
+		default:
+			vs(dst, a[la:la+inner], b[lb])
 		}
-		idx = idx[:nd]
-		rem := lo
-		la, lb := 0, 0
 		for i := nd - 1; i >= 0; i-- {
-			idx[i] = rem % p.dims[i]
-			rem /= p.dims[i]
-			la += idx[i] * p.lstr[i]
-			lb += idx[i] * p.rstr[i]
-		}
-		for o := lo; o < hi; o++ {
-			dst := out[o*inner : (o+1)*inner]
-			switch p.inner {
-			case bcastSame:
-				vv(dst, a[la:la+inner], b[lb:lb+inner])
-			case bcastLhsScalar:
-				sv(dst, a[la], b[lb:lb+inner])
-			default:
-				vs(dst, a[la:la+inner], b[lb])
+			idx[i]++
+			la += p.lstr[i]
+			lb += p.rstr[i]
+			if idx[i] < p.dims[i] {
+				break
 			}
-			for i := nd - 1; i >= 0; i-- {
-				idx[i]++
-				la += p.lstr[i]
-				lb += p.rstr[i]
-				if idx[i] < p.dims[i] {
-					break
-				}
-				la -= p.dims[i] * p.lstr[i]
-				lb -= p.dims[i] * p.rstr[i]
-				idx[i] = 0
-			}
+			la -= p.dims[i] * p.lstr[i]
+			lb -= p.dims[i] * p.rstr[i]
+			idx[i] = 0
 		}
-	})
+	}
 }

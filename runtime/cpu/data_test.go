@@ -1,8 +1,10 @@
 package cpu
 
 import (
+	"fmt"
 	"math"
 	"math/rand/v2"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -285,5 +287,32 @@ func TestLargeSumAgainstFloat64(t *testing.T) {
 	g := float64(tensors.ToScalar[float32](got[0]))
 	if rel := math.Abs(g-want) / want; rel > 1e-5 {
 		t.Errorf("sum of squares %v, float64 reference %v (relative error %.2g)", g, want, rel)
+	}
+}
+
+// TestBroadcastScalarBits: a broadcast scalar arrives bit for bit, zeros (cleared rather than
+// filled) and negative zero (which must not be cleared) included.
+func TestBroadcastScalarBits(t *testing.T) {
+	b := &Backend{}
+	for _, v := range []any{[]float32{0}, []float32{float32(math.Copysign(0, -1))}, []float32{1.5}, []float64{0},
+		[]float64{math.Copysign(0, -1)}, []int32{0}, []int64{-3}, []uint8{0}, []bool{false}, []bool{true}} {
+		dt := flatDType(v)
+		for _, n := range []int{5, 70001} {
+			t.Run(fmt.Sprintf("%s-%v-%d", dt, v, n), func(t *testing.T) {
+				out := shapes.Make(dt, n, 1)
+				g := fusionGraph{params: []shapes.Shape{shapes.Make(dt)}, build: func(bld backends.Builder, p []backends.Op) []backends.Op {
+					return []backends.Op{must(bld.BroadcastInDim(p[0], out, nil))}
+				}}
+				got, _ := g.compileAndRun(t, b, []any{v})
+				want := reflect.MakeSlice(reflect.TypeOf(v), n, n)
+				for i := range n {
+					want.Index(i).Set(reflect.ValueOf(v).Index(0))
+				}
+				// Floats compare by their bits: -0 is not +0.
+				if err := sameFlatBits(got[0], want.Interface()); err != nil {
+					t.Error(err)
+				}
+			})
+		}
 	}
 }

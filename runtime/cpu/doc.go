@@ -11,7 +11,13 @@
 // for builds without cgo or with -tags noopenblas); exp and the logistic function use a float32
 // polynomial, not math.Exp.
 //
-// Graphs are compiled into a flat program in topological order. A liveness analysis decides,
+// Graphs are compiled into a flat program in topological order, rewritten twice on the way
+// (same bits, fewer passes over memory): a binary op reading a BroadcastInDim reads the
+// broadcast's operand instead, with a row or column pattern, and the broadcast is not
+// computed unless something else needs it (fuse.go); runs of float32 elementwise ops whose
+// results only the next op reads become one step that computes them block by block in cache
+// (chain.go). Broadcasting binary ops run in C over whole chunks of rows (vec.c's
+// stx_vec_binary_nest). A liveness analysis then decides,
 // for every intermediate buffer, the node after which it is dead: dead buffers go back to a
 // pool keyed by (dtype, length) shared by all executions, and elementwise ops write in place
 // into an input that dies at them. Each execution has its own buffers, so one Executable may

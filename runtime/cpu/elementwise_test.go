@@ -1,6 +1,7 @@
 package cpu
 
 import (
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"testing"
@@ -208,6 +209,24 @@ func TestWhereAndClamp(t *testing.T) {
 	t.Run("scalar-false", func(t *testing.T) { check(t, graph.Where, cond, a, randF32(rng)) })
 	t.Run("scalar-cond", func(t *testing.T) { check(t, graph.Where, randTensor(rng, dtypes.Bool), a, b) })
 	t.Run("all-scalar-operands", func(t *testing.T) { check(t, graph.Where, cond, randF32(rng), randF32(rng)) })
+	// A scalar condition picks one operand whole: handed over when it dies at the Where (the
+	// intermediates here), copied when the caller still owns it (x), possibly into the other
+	// operand's dying storage.
+	for _, c := range []bool{true, false} {
+		cv := tensors.FromValue(c)
+		t.Run(fmt.Sprintf("scalar-cond-intermediates-%v", c), func(t *testing.T) {
+			check(t, func(c, x *graph.Node) []*graph.Node {
+				w := graph.Where(c, graph.Add(x, x), graph.Mul(x, x))
+				return []*graph.Node{graph.Neg(w), graph.Sub(x, w)}
+			}, cv, a)
+		})
+		t.Run(fmt.Sprintf("scalar-cond-parameter-%v", c), func(t *testing.T) {
+			check(t, func(c, x *graph.Node) []*graph.Node {
+				w := graph.Where(c, x, graph.Mul(x, x))
+				return []*graph.Node{w, graph.Add(x, w)}
+			}, cv, a)
+		})
+	}
 	t.Run("int32-large", func(t *testing.T) {
 		check(t, graph.Where, randTensor(rng, dtypes.Bool, 70001), randTensor(rng, dtypes.Int32, 70001), randTensor(rng, dtypes.Int32, 70001))
 	})

@@ -2,6 +2,7 @@ package cpu
 
 import (
 	"fmt"
+	"math"
 
 	"github.com/gomlx/gomlx/backends"
 	"github.com/gomlx/gomlx/pkg/core/dtypes"
@@ -14,20 +15,26 @@ import (
 // program runs), Reshape and Identity are aliases handled by Execute itself.
 var executors = map[backends.OpType]execFn{}
 
-func init() {
-	for _, op := range []backends.OpType{
+// unaryOps and binaryOps are the ops execUnary and execBinary run.
+var (
+	unaryOps = []backends.OpType{
 		backends.OpTypeAbs, backends.OpTypeNeg, backends.OpTypeSign, backends.OpTypeExp, backends.OpTypeExpm1,
 		backends.OpTypeLog, backends.OpTypeLog1p, backends.OpTypeLogistic, backends.OpTypeCeil, backends.OpTypeFloor,
 		backends.OpTypeRound, backends.OpTypeRsqrt, backends.OpTypeSqrt, backends.OpTypeCos, backends.OpTypeSin,
 		backends.OpTypeTanh, backends.OpTypeErf, backends.OpTypeLogicalNot,
-	} {
-		executors[op] = execUnary
 	}
-	for _, op := range []backends.OpType{
+	binaryOps = []backends.OpType{
 		backends.OpTypeAdd, backends.OpTypeSub, backends.OpTypeMul, backends.OpTypeDiv, backends.OpTypeRem,
 		backends.OpTypePow, backends.OpTypeMax, backends.OpTypeMin,
 		backends.OpTypeLogicalAnd, backends.OpTypeLogicalOr, backends.OpTypeLogicalXor,
-	} {
+	}
+)
+
+func init() {
+	for _, op := range unaryOps {
+		executors[op] = execUnary
+	}
+	for _, op := range binaryOps {
 		executors[op] = execBinary
 	}
 	for _, op := range []backends.OpType{
@@ -205,8 +212,53 @@ func execBroadcastInDim(r *execution, n *node, in []*Buffer, _ []bool) (*Buffer,
 		return nil, err
 	}
 	out := r.pool.newBuffer(n.shape)
+	if zeroScalar(in[0].flat) {
+		// Zeros to scatter into (the gradients of gathers): clear only writes, where the
+		// broadcast's fill also reads what it copies.
+		clearFlat(out.flat)
+		return out, nil
+	}
 	k.broadcast(out, in[0], n.data.([]int))
 	return out, nil
+}
+
+// zeroScalar reports whether flat holds one element whose bits are all zero (+0 for floats).
+func zeroScalar(flat any) bool {
+	switch f := flat.(type) {
+	case []float32:
+		return len(f) == 1 && math.Float32bits(f[0]) == 0
+	case []float64:
+		return len(f) == 1 && math.Float64bits(f[0]) == 0
+	case []int32:
+		return len(f) == 1 && f[0] == 0
+	case []int64:
+		return len(f) == 1 && f[0] == 0
+	case []uint8:
+		return len(f) == 1 && f[0] == 0
+	case []bool:
+		return len(f) == 1 && !f[0]
+	}
+	return false
+}
+
+// clearFlat sets every element of a flat slice to its zero value.
+func clearFlat(flat any) {
+	switch f := flat.(type) {
+	case []float32:
+		clear(f)
+	case []float64:
+		clear(f)
+	case []int32:
+		clear(f)
+	case []int64:
+		clear(f)
+	case []uint8:
+		clear(f)
+	case []bool:
+		clear(f)
+	default:
+		panic(fmt.Sprintf("cpu backend: unsupported flat type %T", flat))
+	}
 }
 
 func execSlice(r *execution, n *node, in []*Buffer, _ []bool) (*Buffer, error) {

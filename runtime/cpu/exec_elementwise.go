@@ -496,6 +496,22 @@ func compareNumber[T number](op backends.OpType, p *bcastPlan, out []bool, a, b 
 
 // execWhere selects between onTrue and onFalse; any of the three may be a scalar.
 func execWhere(r *execution, n *node, in []*Buffer, owned []bool) (*Buffer, error) {
+	if c, ok := in[0].flat.([]bool); ok && len(c) == 1 {
+		// One condition for all (the trainer's "apply the update only if the gradients are
+		// finite"): the result is one operand whole. Hand it over when it dies here, else copy.
+		pick := 2
+		if c[0] {
+			pick = 1
+		}
+		if src := in[pick]; src.shape.Size() == n.shape.Size() {
+			if owned[pick] {
+				return src, nil
+			}
+			out := outputFor(r, n, in[1:], owned[1:])
+			copyFlat(out.flat, src.flat)
+			return out, nil
+		}
+	}
 	// Only onTrue/onFalse may be overwritten: the condition is bool.
 	out := outputFor(r, n, in[1:], owned[1:])
 	cond := in[0].flat.([]bool)

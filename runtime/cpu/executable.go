@@ -61,20 +61,18 @@ func (b *Builder) Compile(outputs []backends.Op, shardings []*backends.ShardingS
 	b.compiled = true
 	e := &Executable{backend: b.backend, name: b.name, numIdx: len(b.nodes), params: b.params, outputs: outNodes, dist: b.dist}
 
-	// Nodes needed by the outputs; builder order is already topological.
-	needed := make([]bool, len(b.nodes))
-	var mark func(n *node)
-	mark = func(n *node) {
-		if needed[n.idx] {
-			return
-		}
-		needed[n.idx] = true
-		for _, in := range n.inputs {
-			mark(in)
-		}
-	}
-	for _, o := range outNodes {
-		mark(o)
+	// The program's nodes, in the builder's order (already topological): the builder's own,
+	// with binary ops rewritten to read broadcasts' operands directly (fuse.go).
+	nodes := b.nodes
+	needed := markNeeded(nodes, outNodes)
+	if !b.backend.noFuse {
+		// Fusion changes which nodes read which: broadcasts all of whose readers were fused
+		// are needed no more.
+		nodes = fuseBroadcasts(nodes, needed)
+		needed = markNeeded(nodes, outNodes)
+		// Likewise, the ops inside elementwise chains (chain.go) are read by no step.
+		nodes = chainElementwise(nodes, needed, outNodes)
+		needed = markNeeded(nodes, outNodes)
 	}
 	e.root = make([]int, len(b.nodes))
 	e.lastUse = make([]int, len(b.nodes))
@@ -88,7 +86,7 @@ func (b *Builder) Compile(outputs []backends.Op, shardings []*backends.ShardingS
 	for i, p := range b.params {
 		e.isParam[p.idx] = i
 	}
-	for _, n := range b.nodes {
+	for _, n := range nodes {
 		if !needed[n.idx] {
 			continue
 		}
@@ -106,6 +104,9 @@ func (b *Builder) Compile(outputs []backends.Op, shardings []*backends.ShardingS
 			e.root[n.idx] = e.root[n.inputs[0].idx]
 		}
 		fn, ok := executors[n.op]
+		if _, chain := n.data.(*chainPlan); chain {
+			fn = execChain
+		}
 		if !ok {
 			return nil, fmt.Errorf("cpu backend Compile: %w", errNotImplemented(n.op))
 		}
@@ -125,6 +126,25 @@ func (b *Builder) Compile(outputs []backends.Op, shardings []*backends.ShardingS
 		}
 	}
 	return e, nil
+}
+
+// markNeeded marks the nodes the outputs depend on; nodes[i].idx == i.
+func markNeeded(nodes, outputs []*node) []bool {
+	needed := make([]bool, len(nodes))
+	var mark func(i int)
+	mark = func(i int) {
+		if needed[i] {
+			return
+		}
+		needed[i] = true
+		for _, in := range nodes[i].inputs {
+			mark(in.idx)
+		}
+	}
+	for _, o := range outputs {
+		mark(o.idx)
+	}
+	return needed
 }
 
 // Finalize releases nothing: the program holds no buffers between executions.

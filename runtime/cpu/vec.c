@@ -18,6 +18,33 @@
 
 #include "vec.h"
 
+// binary_nest is stx_vec_binary_nest with the level's binary kernel.
+static void binary_nest(void (*bin)(int, int, float *, const float *, const float *, float, long), int op, int layout,
+	float *out, const float *x, const float *y, long inner, int nd, const long *dims, const long *xs, const long *ys,
+	long lo, long hi) {
+	long idx[STX_VEC_MAX_NEST];
+	long xo = 0, yo = 0, r = lo;
+	for (int k = nd - 1; k >= 0; k--) {
+		idx[k] = r % dims[k];
+		r /= dims[k];
+		xo += idx[k] * xs[k];
+		yo += idx[k] * ys[k];
+	}
+	for (long o = lo; o < hi; o++) {
+		float s = layout == STX_VEC_VS ? y[yo] : layout == STX_VEC_SV ? x[xo] : 0.0f;
+		bin(op, layout, out + o * inner, x + xo, y + yo, s, inner);
+		for (int k = nd - 1; k >= 0; k--) {
+			idx[k]++;
+			xo += xs[k];
+			yo += ys[k];
+			if (idx[k] < dims[k]) break;
+			xo -= dims[k] * xs[k];
+			yo -= dims[k] * ys[k];
+			idx[k] = 0;
+		}
+	}
+}
+
 // STX_VEC_SHUFFLE: __builtin_shufflevector is there (GCC ≥ 12, clang) to split and join
 // vectors in registers. STX_VEC_NO_SHUFFLE turns it off (to test the fallback here).
 #if defined(__has_builtin) && !defined(STX_VEC_NO_SHUFFLE)
@@ -128,6 +155,7 @@ static inline vf8 rsqrt_v_avx2(vf8 v) {
 
 #pragma GCC pop_options
 
+
 int stx_vec_level(void) {
 	__builtin_cpu_init();
 	return __builtin_cpu_supports("avx2") ? STX_VEC_AVX2 : STX_VEC_GENERIC;
@@ -147,6 +175,11 @@ void stx_vec_binary(int level, int op, int layout, float *out, const float *x, c
 	} else {
 		binary_generic(op, layout, out, x, y, s, n);
 	}
+}
+
+void stx_vec_binary_nest(int level, int op, int layout, float *out, const float *x, const float *y, long inner,
+	int nd, const long *dims, const long *xs, const long *ys, long lo, long hi) {
+	binary_nest(level == STX_VEC_AVX2 ? binary_avx2 : binary_generic, op, layout, out, x, y, inner, nd, dims, xs, ys, lo, hi);
 }
 
 void stx_vec_attend(int level, const float *q, const float *k, const float *v, long n, long hd, float scale, float *sc, float *out) {
@@ -193,6 +226,7 @@ static inline vf4 rsqrt_v_generic(vf4 v) {
 #define JOIN_HALVES(a, b) __builtin_shufflevector(a, b, 0, 1, 2, 3)
 #include "vec_impl.h"
 
+
 int stx_vec_level(void) { return STX_VEC_GENERIC; }
 
 void stx_vec_unary(int level, int op, float *out, const float *x, long n) {
@@ -203,6 +237,12 @@ void stx_vec_unary(int level, int op, float *out, const float *x, long n) {
 void stx_vec_binary(int level, int op, int layout, float *out, const float *x, const float *y, float s, long n) {
 	(void)level;
 	binary_generic(op, layout, out, x, y, s, n);
+}
+
+void stx_vec_binary_nest(int level, int op, int layout, float *out, const float *x, const float *y, long inner,
+	int nd, const long *dims, const long *xs, const long *ys, long lo, long hi) {
+	(void)level;
+	binary_nest(binary_generic, op, layout, out, x, y, inner, nd, dims, xs, ys, lo, hi);
 }
 
 void stx_vec_attend(int level, const float *q, const float *k, const float *v, long n, long hd, float scale, float *sc, float *out) {

@@ -140,6 +140,9 @@ func vecBinSV(op backends.OpType, out []float32, x float32, y []float32) bool {
 
 // binaryFloat32 is binaryNumber for float32, through the C kernels where they apply.
 func binaryFloat32(op backends.OpType, p *bcastPlan, out, a, b []float32) {
+	if vecBinNest(op, p, out, a, b) {
+		return
+	}
 	applyBinary(p, out, a, b,
 		func(o, x, y []float32) {
 			if !vecBinVV(op, o, x, y) {
@@ -156,4 +159,61 @@ func binaryFloat32(op backends.OpType, p *bcastPlan, out, a, b []float32) {
 				binSV(op, o, x, y)
 			}
 		})
+}
+
+// vecBinNest runs a broadcasting plan (a [N,D] op [D] or [N,D] op [N,1] pattern, or a deeper
+// one) in C, one call per chunk of rows instead of one per row; it reports whether it did.
+func vecBinNest(op backends.OpType, p *bcastPlan, out, a, b []float32) bool {
+	if !vecNestApplies(op, p) {
+		return false
+	}
+	parallelFor(p.size/p.innerLen, p.size, func(lo, hi int) { vecBinNestRows(op, p, out, a, b, lo, hi) })
+	return true
+}
+
+// vecNestApplies reports whether vecBinNestRows can run plan p of op.
+func vecNestApplies(op backends.OpType, p *bcastPlan) bool {
+	if !vecCompiledIn || p.kind != bcastGeneral || p.size < vecMinLen || len(p.outerDims) > vecMaxNest ||
+		p.inner == bcastBothScalar {
+		return false
+	}
+	_, ok := vecBinaryCode(op)
+	return ok
+}
+
+// vecBinNestRows runs rows [lo, hi) of plan p (vecNestApplies) in C.
+func vecBinNestRows(op backends.OpType, p *bcastPlan, out, a, b []float32, lo, hi int) {
+	layout := vecVV
+	switch p.inner {
+	case bcastRhsScalar:
+		layout = vecVS
+	case bcastLhsScalar:
+		layout = vecSV
+	}
+	code, _ := vecBinaryCode(op)
+	vecBinaryNestAt(vecLevel, code, layout, out, a, b, p.innerLen, p.outerDims, p.outerL, p.outerR, lo, hi)
+}
+
+// binaryFloat32Rows runs rows [lo, hi) of a bcastGeneral plan of op, as binaryFloat32 would.
+func binaryFloat32Rows(op backends.OpType, p *bcastPlan, out, a, b []float32, lo, hi int) {
+	if vecNestApplies(op, p) {
+		vecBinNestRows(op, p, out, a, b, lo, hi)
+		return
+	}
+	applyRows(p, out, a, b,
+		func(o, x, y []float32) {
+			if !vecBinVV(op, o, x, y) {
+				binVV(op, o, x, y)
+			}
+		},
+		func(o, x []float32, y float32) {
+			if !vecBinVS(op, o, x, y) {
+				binVS(op, o, x, y)
+			}
+		},
+		func(o []float32, x float32, y []float32) {
+			if !vecBinSV(op, o, x, y) {
+				binSV(op, o, x, y)
+			}
+		}, lo, hi)
 }

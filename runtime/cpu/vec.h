@@ -40,6 +40,17 @@ void stx_vec_unary(int level, int op, float *out, const float *x, long n);
 // stands for y or x (that pointer is unused). out may be x or y itself.
 void stx_vec_binary(int level, int op, int layout, float *out, const float *x, const float *y, float s, long n);
 
+// STX_VEC_MAX_NEST is the most outer axes stx_vec_binary_nest takes.
+enum { STX_VEC_MAX_NEST = 8 };
+
+// stx_vec_binary_nest runs stx_vec_binary over rows lo..hi-1 of a broadcast loop nest: row r,
+// decoded row-major over the nd outer axes dims, has the multi-index i and writes
+// out[r*inner .. (r+1)*inner) from x at offset Σ i[k]·xs[k] and y at Σ i[k]·ys[k] (strides
+// 0 along the axes an operand is broadcast on). In the VS layout y's element at the row's
+// offset is the scalar, in SV x's. nd ≤ STX_VEC_MAX_NEST.
+void stx_vec_binary_nest(int level, int op, int layout, float *out, const float *x, const float *y, long inner,
+	int nd, const long *dims, const long *xs, const long *ys, long lo, long hi);
+
 // stx_vec_attend computes one attention head's output out[hd] for the query q[hd] over n
 // positions of keys k and values v ([n, hd] each): sc[j] = scale·(q·k_j), then
 // out = Σ_j e^(sc[j] − max sc)·v_j / Σ_j e^(sc[j] − max sc). sc (n floats) is scratch, left

@@ -53,6 +53,27 @@ func vecBinaryAt(level, code, layout int, out, x, y []float32, s float32) {
 	C.stx_vec_binary(C.int(level), C.int(code), C.int(layout), floatPtr(out), floatPtr(x), floatPtr(y), C.float(s), C.long(len(out)))
 }
 
+// vecMaxNest is the most outer axes vecBinaryNestAt takes.
+const vecMaxNest = C.STX_VEC_MAX_NEST
+
+// vecBinaryNestAt runs binary kernel code over rows [lo, hi) of a broadcast loop nest (see
+// stx_vec_binary_nest): dims are the outer axes, xs and ys the operands' strides along them,
+// inner the length of each row; out holds the whole nest's output.
+func vecBinaryNestAt(level, code, layout int, out, x, y []float32, inner int, dims, xs, ys []int64, lo, hi int) {
+	if hi <= lo || inner == 0 {
+		return
+	}
+	C.stx_vec_binary_nest(C.int(level), C.int(code), C.int(layout), floatPtr(out), floatPtr(x), floatPtr(y), C.long(inner),
+		C.int(len(dims)), longPtr(dims), longPtr(xs), longPtr(ys), C.long(lo), C.long(hi))
+}
+
+func longPtr(s []int64) *C.long {
+	if len(s) == 0 {
+		return nil
+	}
+	return (*C.long)(unsafe.Pointer(unsafe.SliceData(s)))
+}
+
 // vecAttendAt runs the attention kernel at the given level (see Attend; lengths checked there).
 func vecAttendAt(level int, q, k, v []float32, scale float32, scores, out []float32) {
 	C.stx_vec_attend(C.int(level), floatPtr(q), floatPtr(k), floatPtr(v), C.long(len(scores)), C.long(len(q)),

@@ -21,6 +21,12 @@ func vecBinaryAt(level, code, layout int, out, x, y []float32, s float32) {
 	panic("cpu: the C kernels are not compiled in")
 }
 
+const vecMaxNest = 8
+
+func vecBinaryNestAt(level, code, layout int, out, x, y []float32, inner int, dims, xs, ys []int64, lo, hi int) {
+	panic("cpu: the C kernels are not compiled in")
+}
+
 func vecAttendAt(level int, q, k, v []float32, scale float32, scores, out []float32) {
 	panic("cpu: the C kernels are not compiled in")
 }

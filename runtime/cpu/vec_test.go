@@ -7,7 +7,9 @@ import (
 	"testing"
 
 	"github.com/gomlx/gomlx/backends"
+	"github.com/gomlx/gomlx/pkg/core/dtypes"
 	"github.com/gomlx/gomlx/pkg/core/graph"
+	"github.com/gomlx/gomlx/pkg/core/shapes"
 	"github.com/gomlx/gomlx/pkg/core/tensors"
 )
 
@@ -437,6 +439,53 @@ func BenchmarkVec(b *testing.B) {
 				}
 				report(b)
 			})
+		}
+	}
+}
+
+// TestVecBinaryNestMatchesGo runs broadcast plans through the C nest kernel at every level
+// and through applyBinary's Go loops, and requires the same bits, for whole nests and for
+// row ranges starting mid-nest (as parallelFor's chunks do).
+func TestVecBinaryNestMatchesGo(t *testing.T) {
+	if !vecCompiledIn {
+		t.Skip("C kernels not compiled in")
+	}
+	f32 := func(dims ...int) shapes.Shape { return shapes.Make(dtypes.Float32, dims...) }
+	plans := []struct{ lhs, rhs, out shapes.Shape }{
+		{f32(9, 37), f32(1, 37), f32(9, 37)},                   // rows, VV
+		{f32(1, 37), f32(9, 37), f32(9, 37)},                   // rows, broadcast on the left
+		{f32(9, 37), f32(9, 1), f32(9, 37)},                    // columns, VS
+		{f32(9, 1), f32(9, 37), f32(9, 37)},                    // columns, SV
+		{f32(3, 5, 2, 33), f32(1, 5, 1, 33), f32(3, 5, 2, 33)}, // deeper nest
+		{f32(3, 5, 2, 33), f32(3, 1, 2, 1), f32(3, 5, 2, 33)},
+	}
+	ops := []backends.OpType{backends.OpTypeAdd, backends.OpTypeSub, backends.OpTypeMul,
+		backends.OpTypeDiv, backends.OpTypeMax, backends.OpTypeMin}
+	rng := rand.New(rand.NewPCG(18, 3))
+	for _, level := range vecLevels() {
+		for pi, pl := range plans {
+			p := newBcastPlan(pl.lhs, pl.rhs, pl.out)
+			if p.kind != bcastGeneral || len(p.outerDims) > vecMaxNest {
+				t.Fatalf("plan %d: kind %d with %d outer axes, want a nest", pi, p.kind, len(p.outerDims))
+			}
+			layout := map[bcastKind]int{bcastSame: vecVV, bcastRhsScalar: vecVS, bcastLhsScalar: vecSV}[p.inner]
+			rows := p.size / p.innerLen
+			for _, op := range ops {
+				code, _ := vecBinaryCode(op)
+				x, y := vecInput(rng, pl.lhs.Size(), false), vecInput(rng, pl.rhs.Size(), false)
+				want := make([]float32, p.size)
+				binaryNumber(op, p, want, x, y)
+				for _, lo := range []int{0, 1, rows / 2} {
+					got := make([]float32, p.size)
+					copy(got[:lo*p.innerLen], want)
+					vecBinaryNestAt(level, code, layout, got, x, y, p.innerLen, p.outerDims, p.outerL, p.outerR, lo, rows)
+					for i := range want {
+						if !sameBits(got[i], want[i]) {
+							t.Fatalf("%s plan %d %s from row %d, element %d: %v vs Go %v", vecLevelName(level), pi, op, lo, i, got[i], want[i])
+						}
+					}
+				}
+			}
 		}
 	}
 }

@@ -225,3 +225,20 @@ func BenchmarkTinyArgMax(b *testing.B) {
 		ArgMinMax(dst, src, []int{8, 64}, 1, false)
 	}
 }
+
+// RoPE's backward pass: the rotation pairs' gradients summed over their size-2 axis.
+func BenchmarkReduceSumPairAxis(b *testing.B) {
+	benchReduce(b, []int{8, 256, 4, 2, 32}, []int{3}, 8*256*4*32)
+}
+
+// A scalar broadcast to 4M elements: the zeros a scatter starts from (the log-probs' gather's
+// gradient).
+func BenchmarkBroadcastScalar(b *testing.B) {
+	src := []float32{0}
+	dst := make([]float32, 2048*2048)
+	b.ReportAllocs()
+	for b.Loop() {
+		BroadcastInDim(dst, src, nil, []int{2048 * 2048, 1}, nil)
+	}
+	reportGBs(b, 4*len(dst))
+}

@@ -158,6 +158,33 @@ func combineRun[T Number](op ReduceOp, dst, src []T) {
 	}
 }
 
+// combineFrom2 sets dst[i] = op(op(id, a[i]), b[i]): filling dst with id and combining a and b
+// into it, in one pass, with the same rounding.
+func combineFrom2[T Number](op ReduceOp, dst []T, id T, a, b []T) {
+	n := len(dst)
+	a, b = a[:n], b[:n]
+	switch op {
+	case ReduceSum:
+		for i := range dst {
+			dst[i] = (id + a[i]) + b[i]
+		}
+	case ReduceProduct:
+		for i := range dst {
+			dst[i] = (id * a[i]) * b[i]
+		}
+	case ReduceMax:
+		for i := range dst {
+			dst[i] = max(max(id, a[i]), b[i])
+		}
+	case ReduceMin:
+		for i := range dst {
+			dst[i] = min(min(id, a[i]), b[i])
+		}
+	default:
+		panic("kernels: unknown " + op.String())
+	}
+}
+
 // combine4 sets dst[i] = op(op(op(op(dst[i], a[i]), b[i]), c[i]), d[i]): four combineRun calls
 // in one pass, with the same rounding.
 func combine4[T Number](op ReduceOp, dst, a, b, c, d []T) {

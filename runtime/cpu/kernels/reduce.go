@@ -168,12 +168,32 @@ func reduceColumnsRange[T Number](dst, src []T, kept, red []axis, op ReduceOp, i
 	redRows := nestSize(red)
 	var kb, rb [stackRank]int
 	kIdx, rIdx := scratchInts(kb[:], len(outer)), scratchInts(rb[:], len(red))
+	// Blocks follow each other: decode the first, then step (no division per block, which
+	// counts when blocks are short, e.g. RoPE's pairs: 32 outputs from 2 rows).
+	b0 := lo / pieces
+	s, d := rowStart(outer, b0, kIdx)
 	for u := lo; u < hi; u++ {
 		b, p := u/pieces, u%pieces
-		s, d := rowStart(outer, b, kIdx)
+		if b != b0 {
+			ds, dd := nextRow(outer, kIdx)
+			s, d, b0 = s+ds, d+dd, b
+		}
 		p0, p1 := width*p/pieces, width*(p+1)/pieces
 		out := dst[d+p0 : d+p1]
-		fill(out, id)
+		if redRows == 2 {
+			// One pass for a pair (RoPE's halves: 32 outputs from 2 rows per block). Reduced
+			// groups have two or more elements: this is one group of two, red[0].
+			r0, r1 := s+p0, s+p0+red[0].s
+			combineFrom2(op, out, id, src[r0:r0+len(out)], src[r1:r1+len(out)])
+			continue
+		}
+		if len(out) < 256 {
+			for i := range out {
+				out[i] = id
+			}
+		} else {
+			fill(out, id)
+		}
 		rs := s + p0
 		r := 0
 		// Four rows per pass: out is loaded and stored once per four rows; each element

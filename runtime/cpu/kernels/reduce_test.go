@@ -233,3 +233,53 @@ func TestArgMinMax(t *testing.T) {
 		t.Errorf("ArgMax([[2,0,7],[-3,4,2]], axis 0) = %v, want %v", got, want)
 	}
 }
+
+// TestReducePairAxis: a reduction over one axis of two elements that is not innermost (RoPE's
+// halves) takes its own one-pass path; it must give op(op(identity, first), second) exactly,
+// signed zeros and NaNs included.
+func TestReducePairAxis(t *testing.T) {
+	rng := rand.New(rand.NewPCG(18, 5))
+	specials := []float32{0, float32(math.Copysign(0, -1)), float32(math.Inf(1)), float32(math.NaN())}
+	for _, dims := range [][]int{{2, 7}, {3, 2, 5}, {4, 2, 33}, {2, 3, 2, 300}} {
+		axis := len(dims) - 2
+		src := make([]float32, product(dims))
+		for i := range src {
+			if rng.IntN(8) == 0 {
+				src[i] = specials[rng.IntN(len(specials))]
+			} else {
+				src[i] = float32(rng.NormFloat64())
+			}
+		}
+		inner := dims[len(dims)-1]
+		outer := product(dims[:axis])
+		for _, op := range allOps {
+			for _, w := range append([]int{1}, workerCounts...) {
+				got := make([]float32, outer*inner)
+				reduce(got, src, dims, []int{axis}, op, w)
+				id := identity[float32](op)
+				want := make([]float32, outer*inner)
+				for o := range outer {
+					for k := range inner {
+						a, b := src[(o*2)*inner+k], src[(o*2+1)*inner+k]
+						switch op {
+						case ReduceSum:
+							want[o*inner+k] = (id + a) + b
+						case ReduceProduct:
+							want[o*inner+k] = (id * a) * b
+						case ReduceMax:
+							want[o*inner+k] = max(max(id, a), b)
+						case ReduceMin:
+							want[o*inner+k] = min(min(id, a), b)
+						}
+					}
+				}
+				// Bits, except NaN payloads (Go leaves them unspecified).
+				if !slices.EqualFunc(got, want, func(x, y float32) bool {
+					return math.Float32bits(x) == math.Float32bits(y) || (x != x && y != y)
+				}) {
+					t.Fatalf("Reduce%s(dims=%v, axis %d) with %d workers: %v, want %v", op, dims, axis, w, got, want)
+				}
+			}
+		}
+	}
+}
