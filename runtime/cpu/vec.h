@@ -4,7 +4,7 @@
 
 // Instruction-set levels: the kernels are compiled once per level and the caller picks one
 // (normally stx_vec_level(); the tests run every level the CPU supports).
-enum { STX_VEC_GENERIC = 0, STX_VEC_AVX2 = 1 };
+enum { STX_VEC_GENERIC = 0, STX_VEC_AVX2 = 1, STX_VEC_AVX512 = 2 };
 
 // Unary ops of stx_vec_unary.
 enum {

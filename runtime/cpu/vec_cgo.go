@@ -20,16 +20,22 @@ var vecLevel = int(C.stx_vec_level())
 // vecLevels lists the levels this CPU can run, for the tests.
 func vecLevels() []int {
 	levels := []int{C.STX_VEC_GENERIC}
-	if vecLevel == C.STX_VEC_AVX2 {
+	if vecLevel >= C.STX_VEC_AVX2 {
 		levels = append(levels, C.STX_VEC_AVX2)
+	}
+	if vecLevel >= C.STX_VEC_AVX512 {
+		levels = append(levels, C.STX_VEC_AVX512)
 	}
 	return levels
 }
 
 // vecLevelName names a level, for test and benchmark names.
 func vecLevelName(level int) string {
-	if level == C.STX_VEC_AVX2 {
+	switch level {
+	case C.STX_VEC_AVX2:
 		return "avx2"
+	case C.STX_VEC_AVX512:
+		return "avx512"
 	}
 	return "generic"
 }

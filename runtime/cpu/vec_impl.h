@@ -265,6 +265,7 @@ static void FN(binary)(int op, int layout, float *out, const float *x, const flo
 	}
 }
 
+#if W <= 8
 // dot8 returns x·y over n elements as eight interleaved partial sums (element i into sum
 // i mod 8, a zero-padded block for the tail) combined as ((s0+s4)+(s2+s6))+((s1+s5)+(s3+s7)):
 // the same operations in the same order at every level (W = 4 keeps two vectors per block).
@@ -334,3 +335,4 @@ static void FN(attend)(const float *q, const float *k, const float *v, long n, l
 
 #undef UNARY_LOOP
 #undef BINARY_LOOPS
+#endif // W <= 8: the AVX-512 level runs attend at AVX2
