@@ -18,33 +18,6 @@
 
 #include "vec.h"
 
-// binary_nest is stx_vec_binary_nest with the level's binary kernel.
-static void binary_nest(void (*bin)(int, int, float *, const float *, const float *, float, long), int op, int layout,
-	float *out, const float *x, const float *y, long inner, int nd, const long *dims, const long *xs, const long *ys,
-	long lo, long hi) {
-	long idx[STX_VEC_MAX_NEST];
-	long xo = 0, yo = 0, r = lo;
-	for (int k = nd - 1; k >= 0; k--) {
-		idx[k] = r % dims[k];
-		r /= dims[k];
-		xo += idx[k] * xs[k];
-		yo += idx[k] * ys[k];
-	}
-	for (long o = lo; o < hi; o++) {
-		float s = layout == STX_VEC_VS ? y[yo] : layout == STX_VEC_SV ? x[xo] : 0.0f;
-		bin(op, layout, out + o * inner, x + xo, y + yo, s, inner);
-		for (int k = nd - 1; k >= 0; k--) {
-			idx[k]++;
-			xo += xs[k];
-			yo += ys[k];
-			if (idx[k] < dims[k]) break;
-			xo -= dims[k] * xs[k];
-			yo -= dims[k] * ys[k];
-			idx[k] = 0;
-		}
-	}
-}
-
 // STX_VEC_SHUFFLE: __builtin_shufflevector is there (GCC ≥ 12, clang) to split and join
 // vectors in registers. STX_VEC_NO_SHUFFLE turns it off (to test the fallback here).
 #if defined(__has_builtin) && !defined(STX_VEC_NO_SHUFFLE)
@@ -233,8 +206,13 @@ void stx_vec_binary(int level, int op, int layout, float *out, const float *x, c
 
 void stx_vec_binary_nest(int level, int op, int layout, float *out, const float *x, const float *y, long inner,
 	int nd, const long *dims, const long *xs, const long *ys, long lo, long hi) {
-	binary_nest(level == STX_VEC_AVX512 ? binary_avx512 : level == STX_VEC_AVX2 ? binary_avx2 : binary_generic, op, layout, out, x, y,
-		inner, nd, dims, xs, ys, lo, hi);
+	if (level == STX_VEC_AVX512) {
+		binary_nest_avx512(op, layout, out, x, y, inner, nd, dims, xs, ys, lo, hi);
+	} else if (level == STX_VEC_AVX2) {
+		binary_nest_avx2(op, layout, out, x, y, inner, nd, dims, xs, ys, lo, hi);
+	} else {
+		binary_nest_generic(op, layout, out, x, y, inner, nd, dims, xs, ys, lo, hi);
+	}
 }
 
 void stx_vec_attend(int level, const float *q, const float *k, const float *v, long n, long hd, float scale, float *sc, float *out) {
@@ -296,7 +274,7 @@ void stx_vec_binary(int level, int op, int layout, float *out, const float *x, c
 void stx_vec_binary_nest(int level, int op, int layout, float *out, const float *x, const float *y, long inner,
 	int nd, const long *dims, const long *xs, const long *ys, long lo, long hi) {
 	(void)level;
-	binary_nest(binary_generic, op, layout, out, x, y, inner, nd, dims, xs, ys, lo, hi);
+	binary_nest_generic(op, layout, out, x, y, inner, nd, dims, xs, ys, lo, hi);
 }
 
 void stx_vec_attend(int level, const float *q, const float *k, const float *v, long n, long hd, float scale, float *sc, float *out) {

@@ -265,6 +265,63 @@ static void FN(binary)(int op, int layout, float *out, const float *x, const flo
 	}
 }
 
+// NEST_LOOPS runs BINARY_LOOPS(expr) over rows lo..hi-1 of a broadcast loop nest (see
+// stx_vec_binary_nest), one op and layout for all rows: the per-row cost is a few additions,
+// which counts for short rows (RoPE's 32).
+#define NEST_LOOPS(expr)                                                                   \
+	do {                                                                                   \
+		long idx[STX_VEC_MAX_NEST];                                                        \
+		long xo = 0, yo = 0, r = lo;                                                       \
+		for (int k = nd - 1; k >= 0; k--) {                                                \
+			idx[k] = r % dims[k];                                                          \
+			r /= dims[k];                                                                  \
+			xo += idx[k] * xs[k];                                                          \
+			yo += idx[k] * ys[k];                                                          \
+		}                                                                                  \
+		for (long o = lo; o < hi; o++) {                                                   \
+			{                                                                              \
+				float *out = out0 + o * inner;                                             \
+				const float *x = x0 + xo, *y = y0 + yo;                                    \
+				float s = layout == STX_VEC_VS ? y[0] : layout == STX_VEC_SV ? x[0] : 0.0f; \
+				long n = inner;                                                            \
+				BINARY_LOOPS(expr);                                                        \
+			}                                                                              \
+			for (int k = nd - 1; k >= 0; k--) {                                            \
+				idx[k]++;                                                                  \
+				xo += xs[k];                                                               \
+				yo += ys[k];                                                               \
+				if (idx[k] < dims[k]) break;                                               \
+				xo -= dims[k] * xs[k];                                                     \
+				yo -= dims[k] * ys[k];                                                     \
+				idx[k] = 0;                                                                \
+			}                                                                              \
+		}                                                                                  \
+	} while (0)
+
+static void FN(binary_nest)(int op, int layout, float *out0, const float *x0, const float *y0, long inner, int nd,
+	const long *dims, const long *xs, const long *ys, long lo, long hi) {
+	switch (op) {
+	case STX_VEC_ADD:
+		NEST_LOOPS(a + b);
+		break;
+	case STX_VEC_SUB:
+		NEST_LOOPS(a - b);
+		break;
+	case STX_VEC_MUL:
+		NEST_LOOPS(a * b);
+		break;
+	case STX_VEC_DIV:
+		NEST_LOOPS(a / b);
+		break;
+	case STX_VEC_MAX:
+		NEST_LOOPS(FN(max_v)(a, b));
+		break;
+	case STX_VEC_MIN:
+		NEST_LOOPS(FN(min_v)(a, b));
+		break;
+	}
+}
+
 #if W <= 8
 // dot8 returns x·y over n elements as eight interleaved partial sums (element i into sum
 // i mod 8, a zero-padded block for the tail) combined as ((s0+s4)+(s2+s6))+((s1+s5)+(s3+s7)):
@@ -335,4 +392,5 @@ static void FN(attend)(const float *q, const float *k, const float *v, long n, l
 
 #undef UNARY_LOOP
 #undef BINARY_LOOPS
+#undef NEST_LOOPS
 #endif // W <= 8: the AVX-512 level runs attend at AVX2
