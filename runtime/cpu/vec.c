@@ -215,6 +215,16 @@ void stx_vec_binary_nest(int level, int op, int layout, float *out, const float 
 	}
 }
 
+void stx_vec_max_rows(int level, int is_min, float *out, const float *x, long rows, long n) {
+	if (level == STX_VEC_AVX512) {
+		max_rows_avx512(is_min, out, x, rows, n);
+	} else if (level == STX_VEC_AVX2) {
+		max_rows_avx2(is_min, out, x, rows, n);
+	} else {
+		max_rows_generic(is_min, out, x, rows, n);
+	}
+}
+
 void stx_vec_attend(int level, const float *q, const float *k, const float *v, long n, long hd, float scale, float *sc, float *out) {
 	if (level == STX_VEC_AVX2 || level == STX_VEC_AVX512) {
 		attend_avx2(q, k, v, n, hd, scale, sc, out);
@@ -275,6 +285,11 @@ void stx_vec_binary_nest(int level, int op, int layout, float *out, const float 
 	int nd, const long *dims, const long *xs, const long *ys, long lo, long hi) {
 	(void)level;
 	binary_nest_generic(op, layout, out, x, y, inner, nd, dims, xs, ys, lo, hi);
+}
+
+void stx_vec_max_rows(int level, int is_min, float *out, const float *x, long rows, long n) {
+	(void)level;
+	max_rows_generic(is_min, out, x, rows, n);
 }
 
 void stx_vec_attend(int level, const float *q, const float *k, const float *v, long n, long hd, float scale, float *sc, float *out) {

@@ -51,6 +51,11 @@ enum { STX_VEC_MAX_NEST = 8 };
 void stx_vec_binary_nest(int level, int op, int layout, float *out, const float *x, const float *y, long inner,
 	int nd, const long *dims, const long *xs, const long *ys, long lo, long hi);
 
+// stx_vec_max_rows sets out[r] to the max (min when is_min) of x[r*n .. (r+1)*n) for r < rows,
+// with Go's max and min (NaN wins; max(-0, +0) = +0, min(-0, +0) = -0), which do not depend on
+// the order: -Inf (+Inf) for n = 0.
+void stx_vec_max_rows(int level, int is_min, float *out, const float *x, long rows, long n);
+
 // stx_vec_attend computes one attention head's output out[hd] for the query q[hd] over n
 // positions of keys k and values v ([n, hd] each): sc[j] = scale·(q·k_j), then
 // out = Σ_j e^(sc[j] − max sc)·v_j / Σ_j e^(sc[j] − max sc). sc (n floats) is scratch, left

@@ -80,6 +80,19 @@ func longPtr(s []int64) *C.long {
 	return (*C.long)(unsafe.Pointer(unsafe.SliceData(s)))
 }
 
+// vecMaxRowsAt sets out[r] to the max (min when isMin) of row r of x, rows of n elements.
+func vecMaxRowsAt(level int, isMin bool, out, x []float32, n int) {
+	if len(out) == 0 {
+		return
+	}
+	_ = x[len(out)*n-1]
+	m := C.int(0)
+	if isMin {
+		m = 1
+	}
+	C.stx_vec_max_rows(C.int(level), m, floatPtr(out), floatPtr(x), C.long(len(out)), C.long(n))
+}
+
 // vecAttendAt runs the attention kernel at the given level (see Attend; lengths checked there).
 func vecAttendAt(level int, q, k, v []float32, scale float32, scores, out []float32) {
 	C.stx_vec_attend(C.int(level), floatPtr(q), floatPtr(k), floatPtr(v), C.long(len(scores)), C.long(len(q)),
