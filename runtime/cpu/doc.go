@@ -6,10 +6,10 @@
 // transpose flags instead of copies where the layout allows), data movement and reductions to
 // package kernels, and elementwise arithmetic to loops split across cores when large. The hot
 // float32 ones (exp, logistic, log, sqrt, the four arithmetic ops, max, min, …) on slices of 256
-// elements or more run in C (vec.c), compiled for baseline x86-64 and for AVX2 and picked at
-// start, with the same bits as the Go loops they replace (which remain for short slices and
-// for builds without cgo or with -tags noopenblas); exp and the logistic function use a float32
-// polynomial, not math.Exp.
+// elements or more, and max and min reductions over the last axes, run in C (vec.c), compiled
+// for baseline x86-64, AVX2 and AVX-512 and picked at start, with the same bits as the Go loops
+// they replace (which remain for short slices and for builds without cgo or with -tags
+// noopenblas); exp and the logistic function use a float32 polynomial, not math.Exp.
 //
 // Graphs are compiled into a flat program in topological order, rewritten twice on the way
 // (same bits, fewer passes over memory): a binary op reading a BroadcastInDim reads the

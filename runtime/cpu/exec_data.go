@@ -319,8 +319,41 @@ func execReduce(r *execution, n *node, in []*Buffer, _ []bool) (*Buffer, error) 
 		return nil, fmt.Errorf("%s: dtype %s not supported", n.op, n.shape.DType)
 	}
 	out := r.pool.newBuffer(n.shape)
-	k.reduce(out, in[0], n.data.(reduceParams))
+	p := n.data.(reduceParams)
+	if vecMaxRows(out, in[0], p) {
+		return out, nil
+	}
+	k.reduce(out, in[0], p)
 	return out, nil
+}
+
+// vecMaxRows runs a float32 max or min over the trailing axes (the softmaxes' max over the
+// last axis) in C when the rows are long enough; it reports whether it did. Max and min do not
+// depend on the order they combine elements in: the bits are kernels.Reduce's.
+func vecMaxRows(out, in *Buffer, p reduceParams) bool {
+	x, ok := in.flat.([]float32)
+	if !ok || !vecCompiledIn || (p.op != kernels.ReduceMax && p.op != kernels.ReduceMin) || len(x) < vecMinLen {
+		return false
+	}
+	rank := in.shape.Rank()
+	trailing := make([]bool, rank)
+	for _, a := range p.axes {
+		trailing[a] = true
+	}
+	n := 1
+	for a := rank - 1; a >= rank-len(p.axes); a-- {
+		if !trailing[a] {
+			return false
+		}
+		n *= in.shape.Dimensions[a]
+	}
+	if n < 16 {
+		return false
+	}
+	o := out.flat.([]float32)
+	isMin := p.op == kernels.ReduceMin
+	parallelFor(len(o), len(x), func(lo, hi int) { vecMaxRowsAt(vecLevel, isMin, o[lo:hi], x[lo*n:hi*n], n) })
+	return true
 }
 
 func execArgMinMax(r *execution, n *node, in []*Buffer, _ []bool) (*Buffer, error) {

@@ -1,7 +1,7 @@
 //go:build cgo && !noopenblas
 
-// Vectorised float32 elementwise kernels; see vec.go. Each kernel is compiled twice from
-// vec_impl.h, for baseline x86-64 (SSE2) and for AVX2, and stx_vec_level picks at run time,
+// Vectorised float32 elementwise kernels; see vec.go. Each kernel is compiled once per level from
+// vec_impl.h, for baseline x86-64 (SSE2), AVX2 and AVX-512F, and stx_vec_level picks at run time,
 // so the binary still runs on CPUs without AVX2.
 
 // Results must match Go's bit for bit: no fused multiply-adds (GCC contracts a*b+c by default
@@ -17,33 +17,6 @@
 #include <string.h>
 
 #include "vec.h"
-
-// binary_nest is stx_vec_binary_nest with the level's binary kernel.
-static void binary_nest(void (*bin)(int, int, float *, const float *, const float *, float, long), int op, int layout,
-	float *out, const float *x, const float *y, long inner, int nd, const long *dims, const long *xs, const long *ys,
-	long lo, long hi) {
-	long idx[STX_VEC_MAX_NEST];
-	long xo = 0, yo = 0, r = lo;
-	for (int k = nd - 1; k >= 0; k--) {
-		idx[k] = r % dims[k];
-		r /= dims[k];
-		xo += idx[k] * xs[k];
-		yo += idx[k] * ys[k];
-	}
-	for (long o = lo; o < hi; o++) {
-		float s = layout == STX_VEC_VS ? y[yo] : layout == STX_VEC_SV ? x[xo] : 0.0f;
-		bin(op, layout, out + o * inner, x + xo, y + yo, s, inner);
-		for (int k = nd - 1; k >= 0; k--) {
-			idx[k]++;
-			xo += xs[k];
-			yo += ys[k];
-			if (idx[k] < dims[k]) break;
-			xo -= dims[k] * xs[k];
-			yo -= dims[k] * ys[k];
-			idx[k] = 0;
-		}
-	}
-}
 
 // STX_VEC_SHUFFLE: __builtin_shufflevector is there (GCC ≥ 12, clang) to split and join
 // vectors in registers. STX_VEC_NO_SHUFFLE turns it off (to test the fallback here).
@@ -155,14 +128,66 @@ static inline vf8 rsqrt_v_avx2(vf8 v) {
 
 #pragma GCC pop_options
 
+// AVX-512 (16 lanes) for the elementwise kernels; attend keeps the AVX2 code (dot8's order of
+// summation is defined over 8 lanes).
+#pragma GCC push_options
+#pragma GCC target("avx512f")
+
+typedef float vf16 __attribute__((vector_size(64)));
+typedef int32_t vi16 __attribute__((vector_size(64)));
+typedef uint32_t vu16 __attribute__((vector_size(64)));
+typedef double vd8 __attribute__((vector_size(64)));
+typedef int64_t vl8 __attribute__((vector_size(64)));
+typedef uint64_t vul8 __attribute__((vector_size(64)));
+
+static inline vf16 sqrt_v_avx512(vf16 v) { return (vf16)_mm512_sqrt_ps((__m512)v); }
+
+static inline vf16 rsqrt_v_avx512(vf16 v) {
+	__m512d lo = _mm512_cvtps_pd(_mm512_castps512_ps256((__m512)v));
+	__m512d hi = _mm512_cvtps_pd((__m256)_mm512_extractf64x4_pd((__m512d)v, 1));
+	lo = _mm512_div_pd(_mm512_set1_pd(1.0), _mm512_sqrt_pd(lo));
+	hi = _mm512_div_pd(_mm512_set1_pd(1.0), _mm512_sqrt_pd(hi));
+	return (vf16)_mm512_insertf64x4(_mm512_castpd256_pd512((__m256d)_mm512_cvtpd_ps(lo)), (__m256d)_mm512_cvtpd_ps(hi), 1);
+}
+
+#define SFX avx512
+#define W 16
+#define VF vf16
+#define VI vi16
+#define VU vu16
+#define VFH vf8
+#define VDH vd8
+#define VLH vl8
+#define VULH vul8
+#define HALF_LO(v) __builtin_shufflevector(v, v, 0, 1, 2, 3, 4, 5, 6, 7)
+#define HALF_HI(v) __builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15)
+#define JOIN_HALVES(a, b) __builtin_shufflevector(a, b, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15)
+#include "vec_impl.h"
+#undef SFX
+#undef W
+#undef VF
+#undef VI
+#undef VU
+#undef VFH
+#undef VDH
+#undef VLH
+#undef VULH
+#undef HALF_LO
+#undef HALF_HI
+#undef JOIN_HALVES
+
+#pragma GCC pop_options
 
 int stx_vec_level(void) {
 	__builtin_cpu_init();
+	if (__builtin_cpu_supports("avx512f")) return STX_VEC_AVX512;
 	return __builtin_cpu_supports("avx2") ? STX_VEC_AVX2 : STX_VEC_GENERIC;
 }
 
 void stx_vec_unary(int level, int op, float *out, const float *x, long n) {
-	if (level == STX_VEC_AVX2) {
+	if (level == STX_VEC_AVX512) {
+		unary_avx512(op, out, x, n);
+	} else if (level == STX_VEC_AVX2) {
 		unary_avx2(op, out, x, n);
 	} else {
 		unary_generic(op, out, x, n);
@@ -170,7 +195,9 @@ void stx_vec_unary(int level, int op, float *out, const float *x, long n) {
 }
 
 void stx_vec_binary(int level, int op, int layout, float *out, const float *x, const float *y, float s, long n) {
-	if (level == STX_VEC_AVX2) {
+	if (level == STX_VEC_AVX512) {
+		binary_avx512(op, layout, out, x, y, s, n);
+	} else if (level == STX_VEC_AVX2) {
 		binary_avx2(op, layout, out, x, y, s, n);
 	} else {
 		binary_generic(op, layout, out, x, y, s, n);
@@ -179,11 +206,27 @@ void stx_vec_binary(int level, int op, int layout, float *out, const float *x, c
 
 void stx_vec_binary_nest(int level, int op, int layout, float *out, const float *x, const float *y, long inner,
 	int nd, const long *dims, const long *xs, const long *ys, long lo, long hi) {
-	binary_nest(level == STX_VEC_AVX2 ? binary_avx2 : binary_generic, op, layout, out, x, y, inner, nd, dims, xs, ys, lo, hi);
+	if (level == STX_VEC_AVX512) {
+		binary_nest_avx512(op, layout, out, x, y, inner, nd, dims, xs, ys, lo, hi);
+	} else if (level == STX_VEC_AVX2) {
+		binary_nest_avx2(op, layout, out, x, y, inner, nd, dims, xs, ys, lo, hi);
+	} else {
+		binary_nest_generic(op, layout, out, x, y, inner, nd, dims, xs, ys, lo, hi);
+	}
+}
+
+void stx_vec_max_rows(int level, int is_min, float *out, const float *x, long rows, long n) {
+	if (level == STX_VEC_AVX512) {
+		max_rows_avx512(is_min, out, x, rows, n);
+	} else if (level == STX_VEC_AVX2) {
+		max_rows_avx2(is_min, out, x, rows, n);
+	} else {
+		max_rows_generic(is_min, out, x, rows, n);
+	}
 }
 
 void stx_vec_attend(int level, const float *q, const float *k, const float *v, long n, long hd, float scale, float *sc, float *out) {
-	if (level == STX_VEC_AVX2) {
+	if (level == STX_VEC_AVX2 || level == STX_VEC_AVX512) {
 		attend_avx2(q, k, v, n, hd, scale, sc, out);
 	} else {
 		attend_generic(q, k, v, n, hd, scale, sc, out);
@@ -226,7 +269,6 @@ static inline vf4 rsqrt_v_generic(vf4 v) {
 #define JOIN_HALVES(a, b) __builtin_shufflevector(a, b, 0, 1, 2, 3)
 #include "vec_impl.h"
 
-
 int stx_vec_level(void) { return STX_VEC_GENERIC; }
 
 void stx_vec_unary(int level, int op, float *out, const float *x, long n) {
@@ -242,7 +284,12 @@ void stx_vec_binary(int level, int op, int layout, float *out, const float *x, c
 void stx_vec_binary_nest(int level, int op, int layout, float *out, const float *x, const float *y, long inner,
 	int nd, const long *dims, const long *xs, const long *ys, long lo, long hi) {
 	(void)level;
-	binary_nest(binary_generic, op, layout, out, x, y, inner, nd, dims, xs, ys, lo, hi);
+	binary_nest_generic(op, layout, out, x, y, inner, nd, dims, xs, ys, lo, hi);
+}
+
+void stx_vec_max_rows(int level, int is_min, float *out, const float *x, long rows, long n) {
+	(void)level;
+	max_rows_generic(is_min, out, x, rows, n);
 }
 
 void stx_vec_attend(int level, const float *q, const float *k, const float *v, long n, long hd, float scale, float *sc, float *out) {

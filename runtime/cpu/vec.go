@@ -3,8 +3,8 @@ package cpu
 import "github.com/gomlx/gomlx/backends"
 
 // Vectorised float32 kernels. Go has no SIMD and this backend's elementwise loops cost about
-// as much as its matrix products, so the hot float32 ops also exist as C kernels (vec.c,
-// built with cgo, compiled for baseline x86-64 and for AVX2 and picked at run time). They give
+// as much as its matrix products, so the hot float32 ops also exist as C kernels (vec.c, built
+// with cgo, compiled for baseline x86-64, AVX2 and AVX-512 and picked at run time). They give
 // the same results as the Go loops they replace, bit for bit (NaN payloads aside, which Go
 // leaves unspecified): IEEE operations are exact; exp and the logistic function use expf32's
 // reduction and polynomial in the same order, without fused multiply-adds; the logarithm is

@@ -4,7 +4,7 @@
 
 // Instruction-set levels: the kernels are compiled once per level and the caller picks one
 // (normally stx_vec_level(); the tests run every level the CPU supports).
-enum { STX_VEC_GENERIC = 0, STX_VEC_AVX2 = 1 };
+enum { STX_VEC_GENERIC = 0, STX_VEC_AVX2 = 1, STX_VEC_AVX512 = 2 };
 
 // Unary ops of stx_vec_unary.
 enum {
@@ -50,6 +50,11 @@ enum { STX_VEC_MAX_NEST = 8 };
 // offset is the scalar, in SV x's. nd ≤ STX_VEC_MAX_NEST.
 void stx_vec_binary_nest(int level, int op, int layout, float *out, const float *x, const float *y, long inner,
 	int nd, const long *dims, const long *xs, const long *ys, long lo, long hi);
+
+// stx_vec_max_rows sets out[r] to the max (min when is_min) of x[r*n .. (r+1)*n) for r < rows,
+// with Go's max and min (NaN wins; max(-0, +0) = +0, min(-0, +0) = -0), which do not depend on
+// the order: -Inf (+Inf) for n = 0.
+void stx_vec_max_rows(int level, int is_min, float *out, const float *x, long rows, long n);
 
 // stx_vec_attend computes one attention head's output out[hd] for the query q[hd] over n
 // positions of keys k and values v ([n, hd] each): sc[j] = scale·(q·k_j), then

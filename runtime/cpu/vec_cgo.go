@@ -20,16 +20,22 @@ var vecLevel = int(C.stx_vec_level())
 // vecLevels lists the levels this CPU can run, for the tests.
 func vecLevels() []int {
 	levels := []int{C.STX_VEC_GENERIC}
-	if vecLevel == C.STX_VEC_AVX2 {
+	if vecLevel >= C.STX_VEC_AVX2 {
 		levels = append(levels, C.STX_VEC_AVX2)
+	}
+	if vecLevel >= C.STX_VEC_AVX512 {
+		levels = append(levels, C.STX_VEC_AVX512)
 	}
 	return levels
 }
 
 // vecLevelName names a level, for test and benchmark names.
 func vecLevelName(level int) string {
-	if level == C.STX_VEC_AVX2 {
+	switch level {
+	case C.STX_VEC_AVX2:
 		return "avx2"
+	case C.STX_VEC_AVX512:
+		return "avx512"
 	}
 	return "generic"
 }
@@ -72,6 +78,19 @@ func longPtr(s []int64) *C.long {
 		return nil
 	}
 	return (*C.long)(unsafe.Pointer(unsafe.SliceData(s)))
+}
+
+// vecMaxRowsAt sets out[r] to the max (min when isMin) of row r of x, rows of n elements.
+func vecMaxRowsAt(level int, isMin bool, out, x []float32, n int) {
+	if len(out) == 0 {
+		return
+	}
+	_ = x[len(out)*n-1]
+	m := C.int(0)
+	if isMin {
+		m = 1
+	}
+	C.stx_vec_max_rows(C.int(level), m, floatPtr(out), floatPtr(x), C.long(len(out)), C.long(n))
 }
 
 // vecAttendAt runs the attention kernel at the given level (see Attend; lengths checked there).

@@ -265,6 +265,113 @@ static void FN(binary)(int op, int layout, float *out, const float *x, const flo
 	}
 }
 
+// NEST_LOOPS runs BINARY_LOOPS(expr) over rows lo..hi-1 of a broadcast loop nest (see
+// stx_vec_binary_nest), one op and layout for all rows: the per-row cost is a few additions,
+// which counts for short rows (RoPE's 32).
+#define NEST_LOOPS(expr)                                                                   \
+	do {                                                                                   \
+		long idx[STX_VEC_MAX_NEST];                                                        \
+		long xo = 0, yo = 0, r = lo;                                                       \
+		for (int k = nd - 1; k >= 0; k--) {                                                \
+			idx[k] = r % dims[k];                                                          \
+			r /= dims[k];                                                                  \
+			xo += idx[k] * xs[k];                                                          \
+			yo += idx[k] * ys[k];                                                          \
+		}                                                                                  \
+		for (long o = lo; o < hi; o++) {                                                   \
+			{                                                                              \
+				float *out = out0 + o * inner;                                             \
+				const float *x = x0 + xo, *y = y0 + yo;                                    \
+				float s = layout == STX_VEC_VS ? y[0] : layout == STX_VEC_SV ? x[0] : 0.0f; \
+				long n = inner;                                                            \
+				BINARY_LOOPS(expr);                                                        \
+			}                                                                              \
+			for (int k = nd - 1; k >= 0; k--) {                                            \
+				idx[k]++;                                                                  \
+				xo += xs[k];                                                               \
+				yo += ys[k];                                                               \
+				if (idx[k] < dims[k]) break;                                               \
+				xo -= dims[k] * xs[k];                                                     \
+				yo -= dims[k] * ys[k];                                                     \
+				idx[k] = 0;                                                                \
+			}                                                                              \
+		}                                                                                  \
+	} while (0)
+
+static void FN(binary_nest)(int op, int layout, float *out0, const float *x0, const float *y0, long inner, int nd,
+	const long *dims, const long *xs, const long *ys, long lo, long hi) {
+	switch (op) {
+	case STX_VEC_ADD:
+		NEST_LOOPS(a + b);
+		break;
+	case STX_VEC_SUB:
+		NEST_LOOPS(a - b);
+		break;
+	case STX_VEC_MUL:
+		NEST_LOOPS(a * b);
+		break;
+	case STX_VEC_DIV:
+		NEST_LOOPS(a / b);
+		break;
+	case STX_VEC_MAX:
+		NEST_LOOPS(FN(max_v)(a, b));
+		break;
+	case STX_VEC_MIN:
+		NEST_LOOPS(FN(min_v)(a, b));
+		break;
+	}
+}
+
+// fold_max_v folds W lanes into one with Go's max or min (order-independent), in log2(W)
+// steps: the vector against itself shifted by half, a quarter, ...
+static inline float FN(fold_max_v)(VF m, int is_min) {
+	float t[2 * W];
+	for (int h = W / 2; h >= 1; h /= 2) {
+		FN(store)(t, m);
+		FN(store)(t + W, m);
+		VF sh = FN(load)(t + h);
+		m = is_min ? FN(min_v)(m, sh) : FN(max_v)(m, sh);
+	}
+	return m[0];
+}
+
+// max_rows is stx_vec_max_rows: each row folded into four vectors of W lanes (independent
+// chains), the tail through a block padded with the identity, then everything into one.
+static void FN(max_rows)(int is_min, float *out, const float *x, long rows, long n) {
+	const float id = is_min ? INFINITY : -INFINITY;
+	for (long r = 0; r < rows; r++) {
+		const float *row = x + r * n;
+		VF a0 = FN(splat)(id), a1 = a0, a2 = a0, a3 = a0;
+		long i = 0;
+		if (is_min) {
+			for (; i + 4 * W <= n; i += 4 * W) {
+				a0 = FN(min_v)(a0, FN(load)(row + i));
+				a1 = FN(min_v)(a1, FN(load)(row + i + W));
+				a2 = FN(min_v)(a2, FN(load)(row + i + 2 * W));
+				a3 = FN(min_v)(a3, FN(load)(row + i + 3 * W));
+			}
+			for (; i + W <= n; i += W) a0 = FN(min_v)(a0, FN(load)(row + i));
+		} else {
+			for (; i + 4 * W <= n; i += 4 * W) {
+				a0 = FN(max_v)(a0, FN(load)(row + i));
+				a1 = FN(max_v)(a1, FN(load)(row + i + W));
+				a2 = FN(max_v)(a2, FN(load)(row + i + 2 * W));
+				a3 = FN(max_v)(a3, FN(load)(row + i + 3 * W));
+			}
+			for (; i + W <= n; i += W) a0 = FN(max_v)(a0, FN(load)(row + i));
+		}
+		if (i < n) {
+			float t[W];
+			for (int j = 0; j < W; j++) t[j] = id;
+			memcpy(t, row + i, (size_t)(n - i) * 4);
+			a1 = is_min ? FN(min_v)(a1, FN(load)(t)) : FN(max_v)(a1, FN(load)(t));
+		}
+		VF m = is_min ? FN(min_v)(FN(min_v)(a0, a1), FN(min_v)(a2, a3)) : FN(max_v)(FN(max_v)(a0, a1), FN(max_v)(a2, a3));
+		out[r] = FN(fold_max_v)(m, is_min);
+	}
+}
+
+#if W <= 8
 // dot8 returns x·y over n elements as eight interleaved partial sums (element i into sum
 // i mod 8, a zero-padded block for the tail) combined as ((s0+s4)+(s2+s6))+((s1+s5)+(s3+s7)):
 // the same operations in the same order at every level (W = 4 keeps two vectors per block).
@@ -334,3 +441,5 @@ static void FN(attend)(const float *q, const float *k, const float *v, long n, l
 
 #undef UNARY_LOOP
 #undef BINARY_LOOPS
+#undef NEST_LOOPS
+#endif // W <= 8: the AVX-512 level runs attend at AVX2

@@ -27,6 +27,10 @@ func vecBinaryNestAt(level, code, layout int, out, x, y []float32, inner int, di
 	panic("cpu: the C kernels are not compiled in")
 }
 
+func vecMaxRowsAt(level int, isMin bool, out, x []float32, n int) {
+	panic("cpu: the C kernels are not compiled in")
+}
+
 func vecAttendAt(level int, q, k, v []float32, scale float32, scores, out []float32) {
 	panic("cpu: the C kernels are not compiled in")
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"github.com/gomlx/gomlx/backends"
@@ -11,6 +12,8 @@ import (
 	"github.com/gomlx/gomlx/pkg/core/graph"
 	"github.com/gomlx/gomlx/pkg/core/shapes"
 	"github.com/gomlx/gomlx/pkg/core/tensors"
+
+	"stx.dev/stx/runtime/cpu/kernels"
 )
 
 // Lengths around the vector widths (4, 8) and the unrolled tails, then longer ones.
@@ -485,6 +488,70 @@ func TestVecBinaryNestMatchesGo(t *testing.T) {
 						}
 					}
 				}
+			}
+		}
+	}
+}
+
+// TestVecMaxRowsMatchesReduce: the C max and min over rows give kernels.Reduce's bits at every
+// level (special values included), and ReduceMax/ReduceMin over trailing axes take them in a
+// program, over other axes not.
+func TestVecMaxRowsMatchesReduce(t *testing.T) {
+	if !vecCompiledIn {
+		t.Skip("C kernels not compiled in")
+	}
+	rng := rand.New(rand.NewPCG(18, 6))
+	for _, level := range vecLevels() {
+		for _, n := range []int{1, 7, 16, 33, 256, 2051} {
+			for _, op := range []kernels.ReduceOp{kernels.ReduceMax, kernels.ReduceMin} {
+				rows := 5
+				x := vecInput(rng, rows*n, false)
+				// Rows of only zeros of both signs, and rows with one NaN.
+				for i := range n {
+					x[i] = []float32{0, f32bits(0x80000000)}[rng.IntN(2)]
+				}
+				x[n+rng.IntN(n)] = f32bits(0x7fc00000)
+				want := make([]float32, rows)
+				kernels.Reduce(want, x, []int{rows, n}, []int{1}, op)
+				got := make([]float32, rows)
+				vecMaxRowsAt(level, op == kernels.ReduceMin, got, x, n)
+				for i := range want {
+					if !sameBits(got[i], want[i]) {
+						t.Fatalf("%s Reduce%s n=%d row %d: %v [%#08x], Go %v [%#08x]", vecLevelName(level), op, n, i,
+							got[i], math.Float32bits(got[i]), want[i], math.Float32bits(want[i]))
+					}
+				}
+			}
+		}
+	}
+	b := &Backend{}
+	dims := []int{6, 5, 40}
+	s := shapes.Make(dtypes.Float32, dims...)
+	x := vecInput(rng, s.Size(), false)
+	for _, c := range []struct {
+		axes     []int
+		trailing bool
+	}{{[]int{2}, true}, {[]int{1, 2}, true}, {[]int{2, 1}, true}, {[]int{0, 1, 2}, true}, {[]int{1}, false}, {[]int{0, 2}, false}} {
+		outN := 1
+		for a, d := range dims {
+			if !slices.Contains(c.axes, a) {
+				outN *= d
+			}
+		}
+		probe := &Buffer{shape: shapes.Make(dtypes.Float32, outN), flat: make([]float32, outN)}
+		if took := vecMaxRows(probe, &Buffer{shape: s, flat: x}, reduceParams{axes: c.axes, op: kernels.ReduceMax}); took != c.trailing {
+			t.Errorf("axes %v: C kernel taken %v, want %v", c.axes, took, c.trailing)
+		}
+		want := make([]float32, outN)
+		kernels.Reduce(want, x, dims, c.axes, kernels.ReduceMax)
+		g := fusionGraph{params: []shapes.Shape{s}, build: func(bld backends.Builder, p []backends.Op) []backends.Op {
+			return []backends.Op{must(bld.ReduceMax(p[0], c.axes...))}
+		}}
+		outs, _ := g.compileAndRun(t, b, []any{x})
+		got := outs[0].([]float32)
+		for i := range want {
+			if !sameBits(got[i], want[i]) {
+				t.Fatalf("axes %v element %d: program %v, kernels.Reduce %v", c.axes, i, got[i], want[i])
 			}
 		}
 	}
