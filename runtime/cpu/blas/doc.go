@@ -86,25 +86,15 @@ func scaleC(m, n int, beta float32, c []float32, ldc int) {
 	}
 }
 
-// Products of fewer FLOPs (2·m·n·k) than these run as one OpenBLAS call on the calling
-// thread: any hand-off to another thread costs more. Thin products (fewer than thinRows rows of
-// C, a decode step's) stay on one thread up to a larger size. Measured on 2 cores (Zen 5,
-// SKYLAKEX and Haswell kernels): 8×704×256 runs at 47 GFLOP/s on one thread, 28 split in two.
+// Products of fewer FLOPs (2·m·n·k) than parallelMinFLOPs run as one OpenBLAS call on the
+// calling thread: any hand-off to another thread costs more. Larger ones are split into
+// single-threaded calls on blocks of C, one per core, except those with at least thinRows rows
+// and poolMinFLOPs, which run on OpenBLAS's own thread pool.
 const (
-	parallelMinFLOPs     = 1 << 22
-	thinParallelMinFLOPs = 1 << 25
-	thinRows             = 16
+	parallelMinFLOPs = 1 << 20
+	poolMinFLOPs     = 1 << 22
+	thinRows         = 16
 )
-
-// spreadsOverCores says whether Sgemm runs an m×n×k product on several cores (when OpenBLAS is
-// used and GOMAXPROCS > 1).
-func spreadsOverCores(m, n, k int) bool {
-	flops := 2 * m * n * k
-	if m < thinRows {
-		return flops >= thinParallelMinFLOPs
-	}
-	return flops >= parallelMinFLOPs
-}
 
 // poolLock guards OpenBLAS's thread count, a setting of the whole library rather than of a
 // call: a product on its pool holds it for writing, and any other call for reading, so that no
@@ -121,17 +111,19 @@ func singleSgemm(transA, transB bool, m, n, k int, alpha float32, a []float32, l
 // parallelSgemm spreads a product over the cores. Large products run on OpenBLAS's own thread
 // pool, which shares the packed panels of A and B between its threads (1.2-2x the speed of
 // splitting C between single-threaded calls on 2 cores: 2048×704×256 at 275-293 GFLOP/s against
-// 136-238); thin products are split by columns of C across goroutines, where OpenBLAS's
-// threads gain little (8×4864×896: 50-63 GFLOP/s split, 36-50 on its pool). The way a product
-// is divided changes its rounding, so it depends only on the shape and GOMAXPROCS: a product
-// waits for the pool rather than take another path when another goroutine holds it.
+// 136-238); thin products (a decode step's: 8 rows) are split by columns of C across
+// goroutines, where OpenBLAS's threads gain little or lose (8×4864×896: 50-63 GFLOP/s split,
+// 36-50 on its pool). The way a product is divided changes its rounding, so it depends only on
+// the shape and GOMAXPROCS: a product waits for the pool rather than take another path when
+// another goroutine holds it.
 func parallelSgemm(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
 	workers := runtime.GOMAXPROCS(0)
-	if workers == 1 || !spreadsOverCores(m, n, k) {
+	flops := 2 * m * n * k
+	if workers == 1 || flops < parallelMinFLOPs {
 		singleSgemm(transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
 		return
 	}
-	if m >= thinRows {
+	if m >= thinRows && flops >= poolMinFLOPs {
 		poolLock.Lock()
 		ran := openblasSgemmThreads(workers, transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
 		poolLock.Unlock()
