@@ -44,7 +44,9 @@ func TestEveryFamilyLearnsOnItsDefaults(t *testing.T) {
 		slow bool // skipped on SimpleGo
 	}
 	rises := func(by float64) func(float64, float64) bool {
-		return func(first, last float64) bool { return last >= first+by }
+		// Accuracies are fractions of the validation set: 0.75 → 0.95 is a rise of 0.2 that
+		// float64 sums to a hair less.
+		return func(first, last float64) bool { return last >= first+by-1e-9 }
 	}
 	atLeast := func(v float64) func(float64, float64) bool {
 		return func(first, last float64) bool { return last >= v && last > first }
