@@ -138,27 +138,34 @@ func vecBinSV(op backends.OpType, out []float32, x float32, y []float32) bool {
 	return true
 }
 
+// float32Loops returns op's vector-vector, vector-scalar and scalar-vector loops over float32,
+// through the C kernels where they apply.
+func float32Loops(op backends.OpType) (vv func(o, x, y []float32), vs func(o, x []float32, y float32), sv func(o []float32, x float32, y []float32)) {
+	vv = func(o, x, y []float32) {
+		if !vecBinVV(op, o, x, y) {
+			binVV(op, o, x, y)
+		}
+	}
+	vs = func(o, x []float32, y float32) {
+		if !vecBinVS(op, o, x, y) {
+			binVS(op, o, x, y)
+		}
+	}
+	sv = func(o []float32, x float32, y []float32) {
+		if !vecBinSV(op, o, x, y) {
+			binSV(op, o, x, y)
+		}
+	}
+	return vv, vs, sv
+}
+
 // binaryFloat32 is binaryNumber for float32, through the C kernels where they apply.
 func binaryFloat32(op backends.OpType, p *bcastPlan, out, a, b []float32) {
 	if vecBinNest(op, p, out, a, b) {
 		return
 	}
-	applyBinary(p, out, a, b,
-		func(o, x, y []float32) {
-			if !vecBinVV(op, o, x, y) {
-				binVV(op, o, x, y)
-			}
-		},
-		func(o, x []float32, y float32) {
-			if !vecBinVS(op, o, x, y) {
-				binVS(op, o, x, y)
-			}
-		},
-		func(o []float32, x float32, y []float32) {
-			if !vecBinSV(op, o, x, y) {
-				binSV(op, o, x, y)
-			}
-		})
+	vv, vs, sv := float32Loops(op)
+	applyBinary(p, out, a, b, vv, vs, sv)
 }
 
 // vecBinNest runs a broadcasting plan (a [N,D] op [D] or [N,D] op [N,1] pattern, or a deeper
@@ -200,20 +207,6 @@ func binaryFloat32Rows(op backends.OpType, p *bcastPlan, out, a, b []float32, lo
 		vecBinNestRows(op, p, out, a, b, lo, hi)
 		return
 	}
-	applyRows(p, out, a, b,
-		func(o, x, y []float32) {
-			if !vecBinVV(op, o, x, y) {
-				binVV(op, o, x, y)
-			}
-		},
-		func(o, x []float32, y float32) {
-			if !vecBinVS(op, o, x, y) {
-				binVS(op, o, x, y)
-			}
-		},
-		func(o []float32, x float32, y []float32) {
-			if !vecBinSV(op, o, x, y) {
-				binSV(op, o, x, y)
-			}
-		}, lo, hi)
+	vv, vs, sv := float32Loops(op)
+	applyRows(p, out, a, b, vv, vs, sv, lo, hi)
 }
