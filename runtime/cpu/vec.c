@@ -67,18 +67,6 @@ static inline vf4 rsqrt_v_generic(vf4 v) {
 #define HALF_HI(v) __builtin_shufflevector(v, v, 2, 3)
 #define JOIN_HALVES(a, b) __builtin_shufflevector(a, b, 0, 1, 2, 3)
 #include "vec_impl.h"
-#undef SFX
-#undef W
-#undef VF
-#undef VI
-#undef VU
-#undef VFH
-#undef VDH
-#undef VLH
-#undef VULH
-#undef HALF_LO
-#undef HALF_HI
-#undef JOIN_HALVES
 
 #pragma GCC push_options
 #pragma GCC target("avx2")
@@ -113,18 +101,6 @@ static inline vf8 rsqrt_v_avx2(vf8 v) {
 #define HALF_HI(v) __builtin_shufflevector(v, v, 4, 5, 6, 7)
 #define JOIN_HALVES(a, b) __builtin_shufflevector(a, b, 0, 1, 2, 3, 4, 5, 6, 7)
 #include "vec_impl.h"
-#undef SFX
-#undef W
-#undef VF
-#undef VI
-#undef VU
-#undef VFH
-#undef VDH
-#undef VLH
-#undef VULH
-#undef HALF_LO
-#undef HALF_HI
-#undef JOIN_HALVES
 
 #pragma GCC pop_options
 
@@ -163,18 +139,6 @@ static inline vf16 rsqrt_v_avx512(vf16 v) {
 #define HALF_HI(v) __builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15)
 #define JOIN_HALVES(a, b) __builtin_shufflevector(a, b, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15)
 #include "vec_impl.h"
-#undef SFX
-#undef W
-#undef VF
-#undef VI
-#undef VU
-#undef VFH
-#undef VDH
-#undef VLH
-#undef VULH
-#undef HALF_LO
-#undef HALF_HI
-#undef JOIN_HALVES
 
 #pragma GCC pop_options
 

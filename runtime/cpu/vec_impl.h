@@ -2,7 +2,7 @@
 // with SFX (the function-name suffix), W (lanes per vector) and the vector types VF (float),
 // VI (int32) and VU (uint32) of W lanes, and VFH (float), VDH (double), VLH (int64) and VULH
 // (uint64) of W/2 lanes defined, with HALF_LO, HALF_HI and JOIN_HALVES to split and join VF, under the matching `#pragma GCC target`, after the
-// per-level helpers sqrt_v_SFX and rsqrt_v_SFX (vec.c).
+// per-level helpers sqrt_v_SFX and rsqrt_v_SFX (vec.c); it undefines them at its end.
 //
 // The code is written with GCC's generic vector extensions, so one source serves every level;
 // it must give the same bits at every level and the same bits as the Go loops it replaces
@@ -443,3 +443,17 @@ static void FN(attend)(const float *q, const float *k, const float *v, long n, l
 #undef BINARY_LOOPS
 #undef NEST_LOOPS
 #endif // W <= 8: the AVX-512 level runs attend at AVX2
+
+// The level's parameters end here, so that vec.c can define them again for the next level.
+#undef SFX
+#undef W
+#undef VF
+#undef VI
+#undef VU
+#undef VFH
+#undef VDH
+#undef VLH
+#undef VULH
+#undef HALF_LO
+#undef HALF_HI
+#undef JOIN_HALVES
