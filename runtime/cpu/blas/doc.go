@@ -17,24 +17,19 @@ import (
 // or its transpose. op(A) is m×k, op(B) is k×n, C is m×n; lda, ldb and ldc are the row strides
 // of A, B and C as stored. It uses OpenBLAS when Available, else the Go implementation.
 func Sgemm(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
-	if m == 0 || n == 0 {
-		return
-	}
-	checkArgs(transA, transB, m, n, k, a, lda, b, ldb, c, ldc)
-	if k == 0 {
-		scaleC(m, n, beta, c, ldc)
-		return
-	}
-	if Available() {
-		parallelSgemm(transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
-		return
-	}
-	GoSgemm(transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+	sgemm(parallelSgemm, transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
 }
 
 // SgemmOneThread is Sgemm on the calling thread only: for callers that run several products
 // side by side, one per core.
 func SgemmOneThread(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
+	sgemm(singleSgemm, transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+}
+
+// sgemm checks the operands, handles empty products, and runs the rest with withOpenBLAS when
+// OpenBLAS is Available, else with the Go implementation.
+func sgemm(withOpenBLAS func(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int),
+	transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
 	if m == 0 || n == 0 {
 		return
 	}
@@ -43,7 +38,7 @@ func SgemmOneThread(transA, transB bool, m, n, k int, alpha float32, a []float32
 	case k == 0:
 		scaleC(m, n, beta, c, ldc)
 	case Available():
-		singleSgemm(transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+		withOpenBLAS(transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
 	default:
 		GoSgemm(transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
 	}

@@ -37,21 +37,21 @@ static const char *stx_blas_config(void) { return stx_config ? stx_config() : ""
 static int stx_blas_has_pool(void) { return stx_set_threads != 0; }
 static int stx_blas_threads(void) { return stx_threads ? stx_threads() : 0; }
 
+static void stx_blas_sgemm(int transA, int transB, int m, int n, int k, float alpha,
+	const float *a, int lda, const float *b, int ldb, float beta, float *c, int ldc) {
+	// 101 = CblasRowMajor, 111 = CblasNoTrans, 112 = CblasTrans.
+	stx_sgemm(101, transA ? 112 : 111, transB ? 112 : 111, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
 // stx_blas_sgemm_threads runs one product on OpenBLAS's own threads, then returns it to one.
 // Returns 0 when the library has no openblas_set_num_threads (the caller then splits).
 static int stx_blas_sgemm_threads(int threads, int transA, int transB, int m, int n, int k, float alpha,
 	const float *a, int lda, const float *b, int ldb, float beta, float *c, int ldc) {
 	if (!stx_set_threads) return 0;
 	stx_set_threads(threads);
-	stx_sgemm(101, transA ? 112 : 111, transB ? 112 : 111, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+	stx_blas_sgemm(transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 	stx_set_threads(1);
 	return 1;
-}
-
-static void stx_blas_sgemm(int transA, int transB, int m, int n, int k, float alpha,
-	const float *a, int lda, const float *b, int ldb, float beta, float *c, int ldc) {
-	// 101 = CblasRowMajor, 111 = CblasNoTrans, 112 = CblasTrans.
-	stx_sgemm(101, transA ? 112 : 111, transB ? 112 : 111, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 */
 import "C"
