@@ -254,10 +254,10 @@ func (m *Model) ValueHead(ctx *context.Context, hidden *Node) *Node {
 	return Squeeze(v, -1)
 }
 
-// forward is the decoder. positions [batch, seq] (nil: 0..seq-1); bias [batch, seq, seq] is the
-// additive attention bias among the new tokens (nil: causal, within the sliding window if the
-// model has one); past holds earlier keys/values
-// (nil: none). It returns the hidden states and this call's keys and transposed values.
+// forward is the decoder. positions [batch or 1, seq] (nil: 0..seq-1); bias [batch or 1, seq,
+// seq] is the additive attention bias among the new tokens (nil: causal, within the sliding
+// window if the model has one); past holds earlier keys/values (nil: none). It returns the
+// hidden states and this call's keys and transposed values.
 func (m *Model) forward(ctx *context.Context, tokens, positions, bias *Node, past *kvCache) (*Node, kvCache) {
 	return m.decoder(ctx, tokens, positions, bias, past, false)
 }
@@ -267,12 +267,14 @@ func (m *Model) forward(ctx *context.Context, tokens, positions, bias *Node, pas
 func (m *Model) decoder(ctx *context.Context, tokens, positions, bias *Node, past *kvCache, checkpoint bool) (*Node, kvCache) {
 	c := m.Config
 	g := tokens.Graph()
-	batch, seq := tokens.Shape().Dimensions[0], tokens.Shape().Dimensions[1]
+	seq := tokens.Shape().Dimensions[1]
 	if tokens.DType() != dtypes.Int32 {
 		tokens = ConvertDType(tokens, dtypes.Int32)
 	}
 	if positions == nil {
-		positions = Iota(g, shapes.Make(dtypes.Int32, batch, seq), 1)
+		// One row of positions, shared by the batch: the RoPE tables are computed once and
+		// broadcast (the backend reads them without materialising the broadcast).
+		positions = Iota(g, shapes.Make(dtypes.Int32, 1, seq), 1)
 	}
 	if bias == nil {
 		row := Iota(g, shapes.Make(dtypes.Int32, seq, seq), 0)
@@ -282,16 +284,19 @@ func (m *Model) decoder(ctx *context.Context, tokens, positions, bias *Node, pas
 			// A query sees the SlidingWindow latest keys, itself included: row − col < window.
 			visible = LogicalAnd(visible, LessThan(Sub(row, col), Scalar(g, dtypes.Int32, c.SlidingWindow)))
 		}
-		causal := Where(visible, Scalar(g, dtypes.Float32, 0), Scalar(g, dtypes.Float32, maskValue))
-		bias = BroadcastToDims(InsertAxes(causal, 0), batch, seq, seq)
+		// [1, seq, seq]: the same for every sequence, broadcast where the scores add it.
+		bias = InsertAxes(Where(visible, Scalar(g, dtypes.Float32, 0), Scalar(g, dtypes.Float32, maskValue)), 0)
 	}
-	// [batch, 1, 1, seq, keys]: broadcast over kv heads and the query group.
+	// [batch or 1, 1, 1, seq, keys]: broadcast over kv heads and the query group.
 	bias = InsertAxes(bias, 1, 1)
 	var pastBias *Node
 	if past != nil {
 		pastBias = InsertAxes(past.bias, 1, 1)
 	}
-	rot := ropeTables(positions, c.RopeInvFreq())
+	// The queries' tables carry the attention scale 1/√headDim, so that scaling costs no pass
+	// over the queries nor over the [T,S] scores (and is exact for power-of-two head sizes).
+	kRot := ropeTables(positions, c.RopeInvFreq())
+	rot := ropes{q: kRot.scaled(1 / math.Sqrt(float64(c.HeadDim()))), k: kRot}
 
 	x := Gather(m.weight(ctx, g, "model.embed_tokens.weight"), InsertAxes(tokens, -1))
 	var present kvCache
@@ -347,7 +352,7 @@ func lookup(names []string, nodes []*Node) func(string) *Node {
 // layer is one pre-norm decoder layer (attention and SwiGLU MLP, each with a residual) on x
 // [B,T,hidden], its tensors named pre+… found by w. It returns the layer's output and its
 // attention's new keys and transposed values (see attention).
-func (m *Model) layer(x *Node, pre string, w func(string) *Node, rot rotary, bias, pastK, pastVT, pastBias *Node) (y, k, vT *Node) {
+func (m *Model) layer(x *Node, pre string, w func(string) *Node, rot ropes, bias, pastK, pastVT, pastBias *Node) (y, k, vT *Node) {
 	c := m.Config
 	h := rmsNorm(x, w(pre+"input_layernorm.weight"), c.RMSNormEps)
 	attn, k, vT := m.attention(h, pre, w, rot, bias, pastK, pastVT, pastBias)
@@ -359,11 +364,11 @@ func (m *Model) layer(x *Node, pre string, w func(string) *Node, rot rotary, bia
 	return Add(x, Linear(act, w(pre+"mlp.down_proj.weight"))), k, vT
 }
 
-// attention is one grouped-query attention block. h [B,T,hidden]; bias [B,1,1,T,T]; with a
+// attention is one grouped-query attention block. h [B,T,hidden]; bias [B or 1,1,1,T,T]; with a
 // past, pastK [B,kvh,S,hd], pastVT [B,kvh,hd,S] and pastBias [B,1,1,T,S]. It returns the
 // block's output [B,T,hidden], the new keys [B,kvh,T,hd] (after RoPE) and the new values
 // transposed [B,kvh,hd,T].
-func (m *Model) attention(h *Node, pre string, w func(string) *Node, rot rotary, bias, pastK, pastVT, pastBias *Node) (out, k, vT *Node) {
+func (m *Model) attention(h *Node, pre string, w func(string) *Node, rot ropes, bias, pastK, pastVT, pastBias *Node) (out, k, vT *Node) {
 	c := m.Config
 	b, t := h.Shape().Dimensions[0], h.Shape().Dimensions[1]
 	hd, kvh := c.HeadDim(), c.KVHeads
@@ -381,8 +386,8 @@ func (m *Model) attention(h *Node, pre string, w func(string) *Node, rot rotary,
 		q = rmsNorm(q, w(pre+"self_attn.q_norm.weight"), c.RMSNormEps)
 		k = rmsNorm(k, w(pre+"self_attn.k_norm.weight"), c.RMSNormEps)
 	}
-	q = rot.apply(q)
-	k = rot.apply(k)
+	q = rot.q.apply(q) // RoPE and the scale 1/√hd
+	k = rot.k.apply(k)
 	v := Reshape(proj("v_proj"), b, t, kvh, hd)
 	k = TransposeAllAxes(k, 0, 2, 1, 3)  // [B,kvh,T,hd]
 	vT = TransposeAllAxes(v, 0, 2, 3, 1) // [B,kvh,hd,T]
@@ -391,10 +396,8 @@ func (m *Model) attention(h *Node, pre string, w func(string) *Node, rot rotary,
 	q = Reshape(q, b, t, kvh, group, hd)
 	q = TransposeAllAxes(q, 0, 2, 3, 1, 4) // [B,kvh,group,T,hd]
 	q = Reshape(q, b, kvh, group*t, hd)
-	scale := 1 / math.Sqrt(float64(hd))
 	scores := func(keys, bias *Node) *Node { // [B,kvh,group,T,S]
 		s := DotGeneralWithAxes(q, []int{3}, []int{0, 1}, keys, []int{3}, []int{0, 1}) // [B,kvh,group*T,S]
-		s = MulScalar(s, scale)
 		return Add(Reshape(s, b, kvh, group, t, keys.Shape().Dimensions[2]), bias)
 	}
 	weighted := func(e, valuesT *Node) *Node { // Σ_s e·v → [B,kvh,group*T,hd]
@@ -449,15 +452,27 @@ func lastAxis(v *Node, rank int) *Node {
 
 // rotary holds one forward pass's RoPE tables.
 type rotary struct {
-	// cos and sin of the angles, [B,T,1,1,headDim/2]: they broadcast over heads and over the
-	// axis of the rotate-half pair.
+	// cos and sin of the angles, [B,T,1,1,headDim/2] (B is 1 when every sequence has the
+	// same positions): they broadcast over heads and over the axis of the rotate-half pair.
 	cos, sin *Node
 	// signedSin is [-sin, sin] along the pair axis ([B,T,1,2,headDim/2]), present when the
 	// backend has Reverse (see apply).
 	signedSin *Node
 }
 
-// ropeTables returns the RoPE tables for positions [B,T] and the frequencies invFreq
+// ropes are the RoPE tables of the keys and of the queries, the latter scaled.
+type ropes struct{ q, k rotary }
+
+// scaled returns the tables times s: apply then rotates and scales in the same passes.
+func (r rotary) scaled(s float64) rotary {
+	out := rotary{cos: MulScalar(r.cos, s), sin: MulScalar(r.sin, s)}
+	if r.signedSin != nil {
+		out.signedSin = MulScalar(r.signedSin, s)
+	}
+	return out
+}
+
+// ropeTables returns the RoPE tables for positions [B,T] (or [1,T]) and the frequencies invFreq
 // [headDim/2].
 func ropeTables(positions *Node, invFreq []float64) rotary {
 	g := positions.Graph()
