@@ -381,47 +381,59 @@ func (m *Model) attention(h *Node, pre string, w func(string) *Node, rot ropes, 
 		return y
 	}
 	q := Reshape(proj("q_proj"), b, t, c.Heads, hd)
-	k = Reshape(proj("k_proj"), b, t, kvh, hd)
-	if c.QKNorm { // Qwen3: RMSNorm of every head before RoPE
+	kt := Reshape(proj("k_proj"), b, t, kvh, hd) // the new keys, [B,T,kvh,hd]
+	if c.QKNorm {                                // Qwen3: RMSNorm of every head before RoPE
 		q = rmsNorm(q, w(pre+"self_attn.q_norm.weight"), c.RMSNormEps)
-		k = rmsNorm(k, w(pre+"self_attn.k_norm.weight"), c.RMSNormEps)
+		kt = rmsNorm(kt, w(pre+"self_attn.k_norm.weight"), c.RMSNormEps)
 	}
 	q = rot.q.apply(q) // RoPE and the scale 1/√hd
-	k = rot.k.apply(k)
+	kt = rot.k.apply(kt)
 	v := Reshape(proj("v_proj"), b, t, kvh, hd)
-	k = TransposeAllAxes(k, 0, 2, 1, 3)  // [B,kvh,T,hd]
-	vT = TransposeAllAxes(v, 0, 2, 3, 1) // [B,kvh,hd,T]
+	// The cache's layouts, for a caller that keeps them (a forward or a train step does not,
+	// and these transposes are then never computed).
+	k, vT = TransposeAllAxes(kt, 0, 2, 1, 3), TransposeAllAxes(v, 0, 2, 3, 1) // [B,kvh,T,hd], [B,kvh,hd,T]
 	// Queries of one kv head are grouped so that the score matmul batches over (B, kvh) and
-	// needs no repeat of keys/values: head h uses kv head h/group, as in HF's repeat_kv.
-	q = Reshape(q, b, t, kvh, group, hd)
-	q = TransposeAllAxes(q, 0, 2, 3, 1, 4) // [B,kvh,group,T,hd]
-	q = Reshape(q, b, kvh, group*t, hd)
-	scores := func(keys, bias *Node) *Node { // [B,kvh,group,T,S]
-		s := DotGeneralWithAxes(q, []int{3}, []int{0, 1}, keys, []int{3}, []int{0, 1}) // [B,kvh,group*T,S]
-		return Add(Reshape(s, b, kvh, group, t, keys.Shape().Dimensions[2]), bias)
+	// needs no repeat of keys/values: head h uses kv head h/group, as in HF's repeat_kv. With
+	// one query head per kv head, q is used as computed, [B,T,heads,hd], batched over axes 0
+	// and 2 like the new keys and values: backends that read such operands in place (stx's
+	// cpu backend) then transpose none of the three.
+	qBatch := []int{0, 2}
+	if group > 1 {
+		q = Reshape(q, b, t, kvh, group, hd)
+		q = TransposeAllAxes(q, 0, 2, 3, 1, 4) // [B,kvh,group,T,hd]
+		q = Reshape(q, b, kvh, group*t, hd)
+		qBatch = []int{0, 1}
 	}
-	weighted := func(e, valuesT *Node) *Node { // Σ_s e·v → [B,kvh,group*T,hd]
+	// scores of q against S keys, stored [B,kvh,S,hd] (batch axes 0, 1: the cache) or
+	// [B,S,kvh,hd] (0, 2: the new keys): [B,kvh,group,T,S].
+	scores := func(keys *Node, keyBatch []int, bias *Node) *Node {
+		s := DotGeneralWithAxes(q, []int{3}, qBatch, keys, []int{3}, keyBatch) // [B,kvh,group*T,S]
+		return Add(Reshape(s, b, kvh, group, t, s.Shape().Dimensions[3]), bias)
+	}
+	// weighted is Σ_s e·v → [B,kvh,group*T,hd], the values' S axis being contracted and their
+	// (B, kvh) axes batch.
+	weighted := func(e, values *Node, contracted int, batch []int) *Node {
 		s := e.Shape().Dimensions[4]
-		return DotGeneralWithAxes(Reshape(e, b, kvh, group*t, s), []int{3}, []int{0, 1}, valuesT, []int{3}, []int{0, 1})
+		return DotGeneralWithAxes(Reshape(e, b, kvh, group*t, s), []int{3}, []int{0, 1}, values, []int{contracted}, batch)
 	}
 	// Softmax over past and new keys together, without concatenating them (a copy of the
 	// whole cache per step): shared max, exponentials, and a common denominator. The max is a
 	// constant for the gradient, which is exact because softmax is shift-invariant.
-	cur := scores(k, bias)
+	cur := scores(kt, []int{0, 2}, bias)
 	mx := ReduceAndKeep(cur, ReduceMax, -1)
 	var past *Node
 	if pastK != nil {
-		past = scores(pastK, pastBias)
+		past = scores(pastK, []int{0, 1}, pastBias)
 		mx = Max(mx, ReduceAndKeep(past, ReduceMax, -1))
 	}
 	mx = StopGradient(mx)
 	eCur := Exp(Sub(cur, mx))
 	den := ReduceAndKeep(eCur, ReduceSum, -1)
-	o := weighted(eCur, vT)
+	o := weighted(eCur, v, 1, []int{0, 2})
 	if past != nil {
 		ePast := Exp(Sub(past, mx))
 		den = Add(den, ReduceAndKeep(ePast, ReduceSum, -1))
-		o = Add(o, weighted(ePast, pastVT))
+		o = Add(o, weighted(ePast, pastVT, 3, []int{0, 1}))
 	}
 	o = Div(Reshape(o, b, kvh, group, t, hd), den) // den [B,kvh,group,T,1]
 	o = TransposeAllAxes(o, 0, 3, 1, 2, 4)         // [B,T,kvh,group,hd]

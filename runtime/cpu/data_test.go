@@ -181,6 +181,10 @@ func TestDotGeneral(t *testing.T) {
 		{"medium-transB", func(a, b *graph.Node) *graph.Node { return graph.Einsum("bij,bkj->bik", a, b) }, []int{3, 70, 200}, []int{3, 90, 200}},
 		{"medium-columns", func(a, b *graph.Node) *graph.Node { return graph.Einsum("ij,kj->ik", a, b) }, []int{8, 256}, []int{2048, 256}},
 		{"small-batch", func(a, b *graph.Node) *graph.Node { return graph.Einsum("bij,bkj->bik", a, b) }, []int{32, 1, 256}, []int{32, 64, 256}},
+		// Batch axes between the matrix axes: float32 items are read in place (strided).
+		{"strided-scores", func(a, b *graph.Node) *graph.Node { return graph.Einsum("bqhd,bkhd->bhqk", a, b) }, []int{2, 8, 3, 4}, []int{2, 8, 3, 4}},
+		{"strided-values", func(a, b *graph.Node) *graph.Node { return graph.Einsum("bhqk,bkhd->bhqd", a, b) }, []int{2, 3, 8, 8}, []int{2, 8, 3, 4}},
+		{"strided-transA", func(a, b *graph.Node) *graph.Node { return graph.Einsum("bjhi,bhjk->bhik", a, b) }, []int{2, 5, 3, 4}, []int{2, 3, 5, 6}},
 		{"explicit-axes", func(a, b *graph.Node) *graph.Node {
 			return graph.DotGeneral(a, []int{-1}, []int{0}, b, []int{1}, []int{0})
 		}, []int{3, 4, 5}, []int{3, 5, 6}},

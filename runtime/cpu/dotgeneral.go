@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/gomlx/gomlx/pkg/core/dtypes"
 	"github.com/gomlx/gomlx/pkg/core/shapes"
 
 	"stx.dev/stx/runtime/cpu/blas"
@@ -20,6 +21,58 @@ type dotPlan struct {
 	// transA: the lhs is stored [batch, K, M]; transB: the rhs is stored [batch, N, K].
 	transA, transB   bool
 	lhsDims, rhsDims []int
+	// lhsView / rhsView, when not nil, read a float32 operand in place although its batch
+	// axes are not its leading ones (attention's [B,T,heads,hd] keys and values, batched over
+	// B and heads): each item is then a strided matrix. Without them such an operand would be
+	// transposed first, a full copy, for a product that reads it once.
+	lhsView, rhsView *stridedView
+}
+
+// stridedView locates each batch item of an operand read in place: item i's matrix starts at
+// offsets[i] and its rows are ld elements apart (its columns are contiguous).
+type stridedView struct {
+	offsets []int
+	ld      int
+}
+
+// viewInPlace returns the view under which an operand of the given dimensions is batch ×
+// [outer, inner] without a copy, or nil. That needs the inner axes to be the trailing ones (unit
+// stride) and the outer axes to be consecutive (one row stride); the batch axes may lie
+// anywhere else, in any order: items are enumerated in the order of batch, as the output's.
+func viewInPlace(dims, batch, outer, inner []int) *stridedView {
+	r := len(dims)
+	for i, a := range inner {
+		if a != r-len(inner)+i {
+			return nil
+		}
+	}
+	for i := 1; i < len(outer); i++ {
+		if outer[i] != outer[i-1]+1 {
+			return nil
+		}
+	}
+	strides := make([]int, r)
+	st := 1
+	for a := r - 1; a >= 0; a-- {
+		strides[a] = st
+		st *= dims[a]
+	}
+	v := &stridedView{ld: product(dims, inner)}
+	if len(outer) > 0 {
+		v.ld = strides[outer[len(outer)-1]]
+	}
+	// Offsets of the batch items, the last batch axis varying fastest.
+	v.offsets = []int{0}
+	for _, a := range batch {
+		next := make([]int, 0, len(v.offsets)*dims[a])
+		for _, o := range v.offsets {
+			for j := range dims[a] {
+				next = append(next, o+j*strides[a])
+			}
+		}
+		v.offsets = next
+	}
+	return v
 }
 
 func isIdentity(perm []int) bool {
@@ -121,10 +174,17 @@ func planDotGeneral(lhs shapes.Shape, lhsContracting, lhsBatch []int, rhs shapes
 		lhsDims: slices.Clone(lhs.Dimensions),
 		rhsDims: slices.Clone(rhs.Dimensions),
 	}
-	// Prefer Sgemm's transpose flags over materialising a transpose.
+	// Prefer Sgemm's transpose flags, then (float32: OpenBLAS takes any row stride) strided
+	// items, over materialising a transpose.
+	f32 := lhs.DType == dtypes.Float32
 	switch {
 	case isIdentity(concatInts(lb, lf, lc)):
 	case isIdentity(concatInts(lb, lc, lf)):
+		p.transA = true
+	case f32 && viewInPlace(lhs.Dimensions, lb, lf, lc) != nil:
+		p.lhsView = viewInPlace(lhs.Dimensions, lb, lf, lc)
+	case f32 && viewInPlace(lhs.Dimensions, lb, lc, lf) != nil:
+		p.lhsView = viewInPlace(lhs.Dimensions, lb, lc, lf)
 		p.transA = true
 	default:
 		p.lhsPerm = concatInts(lb, lf, lc)
@@ -132,6 +192,11 @@ func planDotGeneral(lhs shapes.Shape, lhsContracting, lhsBatch []int, rhs shapes
 	switch {
 	case isIdentity(concatInts(rb, rc, rf)):
 	case isIdentity(concatInts(rb, rf, rc)):
+		p.transB = true
+	case f32 && viewInPlace(rhs.Dimensions, rb, rc, rf) != nil:
+		p.rhsView = viewInPlace(rhs.Dimensions, rb, rc, rf)
+	case f32 && viewInPlace(rhs.Dimensions, rb, rf, rc) != nil:
+		p.rhsView = viewInPlace(rhs.Dimensions, rb, rf, rc)
 		p.transB = true
 	default:
 		p.rhsPerm = concatInts(rb, rc, rf)
@@ -202,7 +267,23 @@ func dotFloat32(r *execution, p *dotPlan, lhs, rhs, out []float32) {
 	if m == 0 || n == 0 {
 		return
 	}
-	sgemmBatch(p.transA, p.transB, p.batch, m, n, k, a, lda, b, ldb, out)
+	var aOff, bOff []int
+	if p.lhsView != nil {
+		aOff, lda = p.lhsView.offsets, p.lhsView.ld
+	}
+	if p.rhsView != nil {
+		bOff, ldb = p.rhsView.offsets, p.rhsView.ld
+	}
+	sgemmBatch(p.transA, p.transB, p.batch, m, n, k, a, lda, aOff, b, ldb, bOff, out)
+}
+
+// itemOffset is where batch item bi starts: offsets[bi], or bi·size when items are consecutive
+// (offsets nil).
+func itemOffset(offsets []int, bi, size int) int {
+	if offsets != nil {
+		return offsets[bi]
+	}
+	return bi * size
 }
 
 const (
@@ -255,24 +336,28 @@ func gemmGo(transB bool, m, n, k int, a []float32, lda int, b []float32, ldb int
 // on one thread (the attention's per-head products; the decode step's: 32 heads×rows of
 // [1,256]·[256,64]); larger products go to blas.Sgemm one at a time, which spreads each over
 // the cores.
-func sgemmBatch(transA, transB bool, batch, m, n, k int, a []float32, lda int, b []float32, ldb int, out []float32) {
+//
+// Item bi of a starts at aOff[bi] (nil: bi·m·k), of b at bOff[bi] (nil: bi·k·n).
+func sgemmBatch(transA, transB bool, batch, m, n, k int, a []float32, lda int, aOff []int, b []float32, ldb int, bOff []int, out []float32) {
 	perItem := m * n * k
+	itemA := func(i int) []float32 { return a[itemOffset(aOff, i, m*k):] }
+	itemB := func(i int) []float32 { return b[itemOffset(bOff, i, k*n):] }
 	switch {
 	case perItem <= goGemmMaxFMAs && !transA:
 		parallelFor(batch, batch*perItem, func(lo, hi int) {
-			for bi := lo; bi < hi; bi++ {
-				gemmGo(transB, m, n, k, a[bi*m*k:], lda, b[bi*k*n:], ldb, out[bi*m*n:(bi+1)*m*n])
+			for i := lo; i < hi; i++ {
+				gemmGo(transB, m, n, k, itemA(i), lda, itemB(i), ldb, out[i*m*n:(i+1)*m*n])
 			}
 		})
 	case batch > 1 && perItem <= sideBySideMaxFMAs:
 		parallelFor(batch, batch*perItem, func(lo, hi int) {
-			for bi := lo; bi < hi; bi++ {
-				blas.SgemmOneThread(transA, transB, m, n, k, 1, a[bi*m*k:], lda, b[bi*k*n:], ldb, 0, out[bi*m*n:], n)
+			for i := lo; i < hi; i++ {
+				blas.SgemmOneThread(transA, transB, m, n, k, 1, itemA(i), lda, itemB(i), ldb, 0, out[i*m*n:], n)
 			}
 		})
 	default:
-		for bi := range batch {
-			blas.Sgemm(transA, transB, m, n, k, 1, a[bi*m*k:], lda, b[bi*k*n:], ldb, 0, out[bi*m*n:], n)
+		for i := range batch {
+			blas.Sgemm(transA, transB, m, n, k, 1, itemA(i), lda, itemB(i), ldb, 0, out[i*m*n:], n)
 		}
 	}
 }

@@ -6,6 +6,10 @@ import (
 	"math/rand/v2"
 	"testing"
 
+	"github.com/gomlx/gomlx/pkg/core/dtypes"
+	"github.com/gomlx/gomlx/pkg/core/graph"
+	"github.com/gomlx/gomlx/pkg/core/shapes"
+
 	"stx.dev/stx/runtime/cpu/blas"
 )
 
@@ -42,7 +46,7 @@ func TestSgemmBatchPaths(t *testing.T) {
 				ldb = k
 			}
 			out := make([]float32, batch*m*n)
-			sgemmBatch(transA, transB, batch, m, n, k, a, lda, b, ldb, out)
+			sgemmBatch(transA, transB, batch, m, n, k, a, lda, nil, b, ldb, nil, out)
 			for bi := range batch {
 				for i := range m {
 					for j := range n {
@@ -94,9 +98,83 @@ func BenchmarkSgemmBatch(b *testing.B) {
 		}
 		b.Run(fmt.Sprintf("%s/%dx%dx%dx%d", s.name, s.batch, s.m, s.n, s.k), func(b *testing.B) {
 			for b.Loop() {
-				sgemmBatch(false, s.transB, s.batch, s.m, s.n, s.k, a, s.k, w, ldb, out)
+				sgemmBatch(false, s.transB, s.batch, s.m, s.n, s.k, a, s.k, nil, w, ldb, nil, out)
 			}
 			b.ReportMetric(2*float64(s.batch*s.m*s.n*s.k)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+		})
+	}
+}
+
+// TestDotGeneralStridedItems checks that products whose batch axes lie between the matrix
+// axes (attention's [B,T,heads,hd] operands batched over B and heads) read float32 items in
+// place, and that this gives the same bits as the same product of operands transposed first
+// into [batch, M, K] / [batch, K, N], over every path of sgemmBatch.
+func TestDotGeneralStridedItems(t *testing.T) {
+	rng := rand.New(rand.NewPCG(61, 62))
+	for _, c := range []struct {
+		name     string
+		lhs, rhs []int // dims
+		// axes of the product: lhs/rhs contracting and batch axes
+		lc, lb, rc, rb []int
+		// permutations taking each operand to batch-first layouts with the same strides in
+		// each item, and the contracting axis there: the same sgemmBatch path and bits
+		lperm, rperm []int
+		lk, rk       int
+		lView, rView bool // read in place, not transposed
+	}{
+		{"scores-tiny", []int{2, 8, 3, 4}, []int{2, 8, 3, 4}, []int{3}, []int{0, 2}, []int{3}, []int{0, 2}, []int{0, 2, 1, 3}, []int{0, 2, 1, 3}, 3, 3, true, true},
+		{"scores", []int{2, 64, 4, 64}, []int{2, 64, 4, 64}, []int{3}, []int{0, 2}, []int{3}, []int{0, 2}, []int{0, 2, 1, 3}, []int{0, 2, 1, 3}, 3, 3, true, true},
+		{"values", []int{2, 4, 64, 64}, []int{2, 64, 4, 32}, []int{3}, []int{0, 1}, []int{1}, []int{0, 2}, nil, []int{0, 2, 1, 3}, 3, 2, false, true},
+		{"values-tiny", []int{2, 4, 8, 8}, []int{2, 8, 4, 4}, []int{3}, []int{0, 1}, []int{1}, []int{0, 2}, nil, []int{0, 2, 1, 3}, 3, 2, false, true},
+		{"large-items", []int{1, 300, 2, 200}, []int{1, 170, 2, 200}, []int{3}, []int{0, 2}, []int{3}, []int{0, 2}, []int{0, 2, 1, 3}, []int{0, 2, 1, 3}, 3, 3, true, true},
+		{"transA", []int{2, 5, 3, 40}, []int{2, 3, 5, 6}, []int{1}, []int{0, 2}, []int{2}, []int{0, 1}, []int{0, 2, 1, 3}, nil, 2, 2, true, false},
+		// The batch axis last leaves no unit-stride axis: transposed as before.
+		{"batch-last", []int{4, 5, 3}, []int{5, 6, 3}, []int{1}, []int{2}, []int{0}, []int{2}, []int{2, 0, 1}, []int{2, 0, 1}, 2, 1, false, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			ls, rs := shapes.Make(dtypes.Float32, c.lhs...), shapes.Make(dtypes.Float32, c.rhs...)
+			p, _, err := planDotGeneral(ls, c.lc, c.lb, rs, c.rc, c.rb)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if (p.lhsView != nil) != c.lView || (p.rhsView != nil) != c.rView {
+				t.Fatalf("in place: lhs %v rhs %v, want %v %v", p.lhsView != nil, p.rhsView != nil, c.lView, c.rView)
+			}
+			a, b := randTensor(rng, dtypes.Float32, c.lhs...), randTensor(rng, dtypes.Float32, c.rhs...)
+			cpu, _ := testBackends()
+			got, err := run(t, cpu, func(a, b *graph.Node) *graph.Node {
+				return graph.DotGeneral(a, c.lc, c.lb, b, c.rc, c.rb)
+			}, a, b)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// The same product with both operands transposed into the standard layout first.
+			nb := len(c.lb)
+			want, err := run(t, cpu, func(a, b *graph.Node) *graph.Node {
+				if c.lperm != nil {
+					a = graph.TransposeAllAxes(a, c.lperm...)
+				}
+				if c.rperm != nil {
+					b = graph.TransposeAllAxes(b, c.rperm...)
+				}
+				batch := make([]int, nb)
+				for i := range batch {
+					batch[i] = i
+				}
+				return graph.DotGeneral(a, []int{c.lk}, batch, b, []int{c.rk}, batch)
+			}, a, b)
+			if err != nil {
+				t.Fatal(err)
+			}
+			g, w := flatOf(got[0]).([]float32), flatOf(want[0]).([]float32)
+			if !got[0].Shape().Equal(want[0].Shape()) {
+				t.Fatalf("shape %s, want %s", got[0].Shape(), want[0].Shape())
+			}
+			for i := range g {
+				if math.Float32bits(g[i]) != math.Float32bits(w[i]) {
+					t.Fatalf("element %d: %v, transposed first %v", i, g[i], w[i])
+				}
+			}
 		})
 	}
 }
