@@ -284,9 +284,9 @@ func (b *Backend) NewSharedBuffer(deviceNum backends.DeviceNum, shape shapes.Sha
 // buffer stays donatable: GoMLX calls BufferData only to read a tensor's value under the
 // tensor's lock (Tensor.ConstFlatData), and a tensor donates its buffer under that same lock,
 // after which the slice is no longer its to use (the interface's "invalid after the buffer is
-// destroyed"). Marking it shared here would make every variable the host reads between train
-// steps (host decoding, weight sync, checkpoints) lose its in-place update at the next step,
-// and its old storage bypass the pool.
+// destroyed"). Marking it shared here would cost every weight the host reads between train
+// steps (host decoding, weight sync, checkpoints) its donation at the next step: its storage
+// neither reused by the step nor returned to the pool, a fresh model-sized allocation a step.
 func (b *Backend) BufferData(buffer backends.Buffer) (any, error) {
 	buf, err := b.checkBuffer(buffer)
 	if err != nil {
