@@ -302,3 +302,63 @@ func TestSamplerFollowsWeightChanges(t *testing.T) {
 		before = after
 	}
 }
+
+// TestSamplerReusesCaches: the KV caches a sampler keeps between calls carry nothing over. A
+// sampler that generated a larger batch before, its kept caches then filled with NaN, gives
+// the samples of a fresh sampler; caches past the sampler's bound are not kept.
+func TestSamplerReusesCaches(t *testing.T) {
+	b := testBackend(t)
+	cfg := smallGQA()
+	m, err := NewModel(cfg, 5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rng := rand.New(rand.NewPCG(4, 4))
+	small := randomSeqs(rng, cfg.VocabSize, 3, 6)
+	large := randomSeqs(rng, cfg.VocabSize, 9, 2, 11, 5)
+	opt := SampleOptions{MaxNewTokens: 6, Temperature: 1, Seed: 3}
+	generate := func(s *Sampler, prompts [][]int32, o SampleOptions) []Sample {
+		t.Helper()
+		out, err := s.Generate(prompts, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	for _, onHost := range []bool{true, false} { // the host decoder, the graph's decode steps
+		fresh, err := NewSampler(b, m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, err := NewSampler(b, m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fresh.hostDecode, s.hostDecode = onHost, onHost
+		want := generate(fresh, small, opt)
+		generate(s, large, SampleOptions{MaxNewTokens: 20, Seed: 1})
+		if len(s.kCache) != cfg.Layers {
+			t.Fatalf("the sampler kept %d layers' caches, want %d", len(s.kCache), cfg.Layers)
+		}
+		for l := range s.kCache {
+			for _, c := range [][]float32{s.kCache[l], s.vCache[l]} {
+				for i := range c[:cap(c)] {
+					c[:cap(c)][i] = float32(math.NaN())
+				}
+			}
+		}
+		if got := generate(s, small, opt); !reflect.DeepEqual(got, want) {
+			t.Errorf("host decoding %v: after a larger call, samples %v, a fresh sampler's %v", onHost, got, want)
+		}
+		// A generation whose caches exceed the bound leaves none behind.
+		s.keptCacheBytes = 2 * cfg.Layers * len(small) * cfg.KVHeads * cfg.HeadDim() * BucketLength(BucketLength(6)+opt.MaxNewTokens) * 4
+		generate(s, small, opt)
+		if s.kCache == nil {
+			t.Error("caches within the bound were not kept")
+		}
+		generate(s, large, opt)
+		if s.kCache != nil || s.vCache != nil {
+			t.Error("caches past the bound were kept")
+		}
+	}
+}

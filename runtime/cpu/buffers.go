@@ -15,9 +15,9 @@ import (
 type Buffer struct {
 	shape shapes.Shape
 	flat  any
-	// shared buffers were handed to the caller (NewSharedBuffer, BufferData): the caller may
-	// write their slice, so they are never donated nor written in place.
-	shared atomic.Bool // atomic: BufferData may mark a buffer that a running execution reads
+	// shared buffers were handed to the caller by NewSharedBuffer: the caller may write their
+	// slice, so they are never donated nor written in place.
+	shared atomic.Bool
 	valid  bool
 	device backends.DeviceNum // the virtual device the buffer belongs to (devices.go)
 }
@@ -280,14 +280,18 @@ func (b *Backend) NewSharedBuffer(deviceNum backends.DeviceNum, shape shapes.Sha
 	return buf, flat, nil
 }
 
-// BufferData returns the buffer's flat slice itself (no copy). The buffer is marked shared:
-// the caller may now write its storage, so it is never donated.
+// BufferData returns the buffer's flat slice itself (no copy). Unlike NewSharedBuffer's, the
+// buffer stays donatable: GoMLX calls BufferData only to read a tensor's value under the
+// tensor's lock (Tensor.ConstFlatData), and a tensor donates its buffer under that same lock,
+// after which the slice is no longer its to use (the interface's "invalid after the buffer is
+// destroyed"). Marking it shared here would cost every weight the host reads between train
+// steps (host decoding, weight sync, checkpoints) its donation at the next step: its storage
+// neither reused by the step nor returned to the pool, a fresh model-sized allocation a step.
 func (b *Backend) BufferData(buffer backends.Buffer) (any, error) {
 	buf, err := b.checkBuffer(buffer)
 	if err != nil {
 		return nil, fmt.Errorf("BufferData: %w", err)
 	}
-	buf.shared.Store(true)
 	return buf.flat, nil
 }
 
