@@ -49,7 +49,7 @@ Example:
 			&cli.Uint64Flag{Name: "seed", Value: 1, Usage: "seed of the weights and data"},
 			&cli.StringFlag{Name: "only", Usage: "run only the measurements in `LIST` (comma-separated: forward_logprobs, grpo_train_step, sft_train_step, kv_cache_sampling)"},
 			&cli.BoolFlag{Name: "activation-checkpointing", Usage: "recompute each layer's activations in the train steps' backward pass (model.activation_checkpointing)"},
-			&cli.StringFlag{Name: "cpuprofile", Usage: "write a Go CPU profile of the timed runs to `FILE` (read it with go tool pprof)"},
+			&cli.StringFlag{Name: "cpuprofile", Usage: "write a Go CPU profile of the whole benchmark (compilation and warm-up runs included; narrow it with --only) to `FILE` (read it with go tool pprof)"},
 		},
 		Action: func(c *cli.Context) error {
 			if c.NArg() > 0 {
