@@ -170,3 +170,42 @@ func TestSgemmConcurrentSameBits(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkSgemmPair reports GFLOP/s for two independent products of a bench-model size run
+// one after the other, each on OpenBLAS's pool, against side by side, each on one thread (what
+// the cpu backend does with a pair of independent products).
+func BenchmarkSgemmPair(b *testing.B) {
+	if !Available() {
+		b.Skip(Name())
+	}
+	for _, s := range []struct {
+		m, n, k int
+		transA  bool
+	}{{2048, 256, 256, false}, {256, 256, 2048, true}, {2048, 704, 256, false}, {2048, 256, 704, false}} {
+		r := rand.New(rand.NewPCG(7, 8))
+		rowsA := s.m * s.k
+		x1, y1, z1 := randSlice(r, rowsA), randSlice(r, s.k*s.n), make([]float32, s.m*s.n)
+		x2, y2, z2 := randSlice(r, rowsA), randSlice(r, s.k*s.n), make([]float32, s.m*s.n)
+		lda := s.k
+		if s.transA {
+			lda = s.m
+		}
+		flops := 4 * float64(s.m) * float64(s.n) * float64(s.k)
+		b.Run(fmt.Sprintf("pool/%dx%dx%d/ta=%v", s.m, s.n, s.k, s.transA), func(b *testing.B) {
+			for b.Loop() {
+				Sgemm(s.transA, true, s.m, s.n, s.k, 1, x1, lda, y1, s.k, 0, z1, s.n)
+				Sgemm(s.transA, true, s.m, s.n, s.k, 1, x2, lda, y2, s.k, 0, z2, s.n)
+			}
+			b.ReportMetric(flops*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+		})
+		b.Run(fmt.Sprintf("sidebyside/%dx%dx%d/ta=%v", s.m, s.n, s.k, s.transA), func(b *testing.B) {
+			for b.Loop() {
+				var wg sync.WaitGroup
+				wg.Go(func() { SgemmOneThread(s.transA, true, s.m, s.n, s.k, 1, x1, lda, y1, s.k, 0, z1, s.n) })
+				SgemmOneThread(s.transA, true, s.m, s.n, s.k, 1, x2, lda, y2, s.k, 0, z2, s.n)
+				wg.Wait()
+			}
+			b.ReportMetric(flops*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+		})
+	}
+}

@@ -118,7 +118,7 @@ func parallelSgemm(transA, transB bool, m, n, k int, alpha float32, a []float32,
 		singleSgemm(transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
 		return
 	}
-	if m >= thinRows && flops >= poolMinFLOPs {
+	if forPool(m, flops) {
 		poolLock.Lock()
 		ran := openblasSgemmThreads(workers, transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
 		poolLock.Unlock()
@@ -127,6 +127,21 @@ func parallelSgemm(transA, transB bool, m, n, k int, alpha float32, a []float32,
 		}
 	}
 	splitSgemm(workers, transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+}
+
+// forPool says whether parallelSgemm hands a product of m rows and flops to OpenBLAS's pool.
+func forPool(m, flops int) bool {
+	return m >= thinRows && flops >= poolMinFLOPs
+}
+
+// UsesPool reports whether Sgemm runs an m×n×k product on OpenBLAS's thread pool. On the
+// pool a product of the sizes of a small model's layers reaches only part of what the cores
+// give one thread each (2 cores: 2048×256×256 at 121-136 GFLOP/s, one thread at 95-100), so a
+// caller with two such independent products may rather run them side by side, each with
+// SgemmOneThread; it uses this to find them.
+func UsesPool(m, n, k int) bool {
+	flops := 2 * m * n * k
+	return runtime.GOMAXPROCS(0) > 1 && flops >= parallelMinFLOPs && forPool(m, flops) && poolAvailable()
 }
 
 // splitSgemm runs single-threaded OpenBLAS calls on blocks of C, one per core: rows of C when

@@ -11,6 +11,8 @@ func Available() bool { return false }
 // Name describes the GEMM in use.
 func Name() string { return "pure Go (built without OpenBLAS: no cgo or -tags noopenblas)" }
 
+func poolAvailable() bool { return false }
+
 func openblasSgemm(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
 	panic("blas: OpenBLAS is not compiled in")
 }

@@ -119,6 +119,12 @@ func Name() string {
 	return name
 }
 
+// poolAvailable says whether OpenBLAS is loaded and can change its thread count, without which
+// parallelSgemm splits every product itself.
+func poolAvailable() bool {
+	return Available() && C.stx_blas_has_pool() != 0
+}
+
 func openblasSgemm(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
 	C.stx_blas_sgemm(cbool(transA), cbool(transB), C.int(m), C.int(n), C.int(k), C.float(alpha),
 		(*C.float)(unsafe.Pointer(&a[0])), C.int(lda), (*C.float)(unsafe.Pointer(&b[0])), C.int(ldb),
