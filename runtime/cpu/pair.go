@@ -4,23 +4,31 @@ import "sync"
 
 // Running two independent matrix products side by side.
 //
-// A product large enough for OpenBLAS's thread pool (blas.UsesPool) spreads over the cores,
-// but on the sizes of a small model's layers the pool gives little more than one thread does
-// (2 cores: 2048×256×256 at 121-136 GFLOP/s on the pool, 95-100 on one thread). Two
-// independent products of similar size, each on one thread at the same time, keep every core
-// busy with no hand-off between them. A training step has many: each Linear's backward
-// computes dX = dY·Wᵀ and dW = Xᵀ·dY from the same dY, and the forward projects one input
-// through q, k and v, gate and up. The program's order puts them apart, so Compile moves each
-// pair next to each other (pairProducts) and execute runs the two at once (runPair).
+// A product large enough for OpenBLAS's thread pool (blas.UsesPool) is spread over the cores,
+// whose threads share packed panels and wait on each other. Two independent products of
+// similar size, each on one thread at the same time, keep both cores busy without that. A
+// training step has many: each Linear's backward computes dX = dY·Wᵀ and dW = Xᵀ·dY from the
+// same dY, and the forward projects one input through q, k and v, gate and up. The program's
+// order puts them apart, so Compile moves each pair next to each other (pairProducts) and
+// execute runs the two at once (runPair).
+//
+// Measured on 2 cores (Zen 5, OpenBLAS 0.3.21) on the bench model's forward and gradient
+// graphs, paired and unpaired alternated 30-40 times, summing each product's fastest time (the
+// machine was shared with other work, so medians mean little): with SkylakeX's kernels the
+// large products take 6-11 % less time paired (pairs at 280-325 GFLOP/s, the pool at 240-300);
+// with Haswell's, -3 to +5 % (pairs 165-190, the pool 170-190, one thread 100). In a run where
+// other work held the cores throughout, paired was 11-17 % slower. BenchmarkSgemmPair in
+// package blas measures the pairs alone.
 
 const (
 	// pairMaxWorkRatio bounds how much more work one product of a pair may have than the
 	// other: the core that finishes first idles until the other does.
 	pairMaxWorkRatio = 1.3
-	// pairMaxDistance is how many steps after a product its partner may be. The passes of a
-	// layer put its products a few dozen steps apart; farther partners would move a product's
-	// output (or its inputs' last use) across much of the program, and keep memory alive.
-	pairMaxDistance = 200
+	// pairMaxDistance is how many steps after a product its partner may be. In the programs of
+	// GoMLX's layers and gradients partners are one or two steps apart (the bench model's);
+	// farther ones would move a product's output, or its inputs' last use, across much of the
+	// program and keep memory alive longer.
+	pairMaxDistance = 64
 )
 
 // pairProducts reorders steps (a topological order) so that pairs of independent products of

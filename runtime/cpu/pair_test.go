@@ -5,6 +5,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"reflect"
+	"strings"
 	"sync"
 	"testing"
 
@@ -299,5 +300,46 @@ func TestPairProducts(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestPairFailures: a panic or an error in either step of a pair is the execution's error,
+// once both have finished.
+func TestPairFailures(t *testing.T) {
+	const tok, d, h = 64, 128, 256
+	if !blas.UsesPool(tok, h, d) {
+		t.Skip("no pairs without OpenBLAS's pool:", blas.Name())
+	}
+	f32 := func(dims ...int) shapes.Shape { return shapes.Make(dtypes.Float32, dims...) }
+	for _, tc := range []struct {
+		name string
+		fn   execFn
+		want string
+	}{
+		{"panic", func(*execution, *node, []*Buffer, []bool) (*Buffer, error) { panic("kernel bug") }, "panic: kernel bug"},
+		{"error", func(*execution, *node, []*Buffer, []bool) (*Buffer, error) { return nil, fmt.Errorf("bad operand") }, "DotGeneral: bad operand"},
+	} {
+		for k := range 2 {
+			t.Run(fmt.Sprintf("%s-in-step-%d", tc.name, k), func(t *testing.T) {
+				b := &Backend{}
+				bld := b.Builder(t.Name())
+				x := must(bld.Parameter("x", f32(tok, d), nil))
+				w := must(bld.Parameter("w", f32(d, h), nil))
+				mm := func() backends.Op { return must(bld.DotGeneral(x, []int{1}, nil, w, []int{0}, nil)) }
+				exe, err := bld.Compile([]backends.Op{mm(), mm()}, nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				steps := exe.(*Executable).steps
+				if len(steps) != 2 || !steps[0].paired {
+					t.Fatalf("program of %d steps, first paired %v: want one pair", len(steps), steps[0].paired)
+				}
+				steps[k].fn = tc.fn
+				in := []backends.Buffer{mustBuffer(t, b, make([]float32, tok*d), tok, d), mustBuffer(t, b, make([]float32, d*h), d, h)}
+				if _, err := exe.Execute(in, nil, 0); err == nil || !strings.Contains(err.Error(), tc.want) {
+					t.Errorf("got %v, want an error with %q", err, tc.want)
+				}
+			})
+		}
 	}
 }

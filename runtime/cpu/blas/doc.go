@@ -134,11 +134,9 @@ func forPool(m, flops int) bool {
 	return m >= thinRows && flops >= poolMinFLOPs
 }
 
-// UsesPool reports whether Sgemm runs an m×n×k product on OpenBLAS's thread pool. On the
-// pool a product of the sizes of a small model's layers reaches only part of what the cores
-// give one thread each (2 cores: 2048×256×256 at 121-136 GFLOP/s, one thread at 95-100), so a
-// caller with two such independent products may rather run them side by side, each with
-// SgemmOneThread; it uses this to find them.
+// UsesPool reports whether Sgemm runs an m×n×k product on OpenBLAS's thread pool. A caller
+// with two independent such products may rather run them side by side, each with
+// SgemmOneThread: neither then waits on the pool's threads to share its panels.
 func UsesPool(m, n, k int) bool {
 	flops := 2 * m * n * k
 	return runtime.GOMAXPROCS(0) > 1 && flops >= parallelMinFLOPs && forPool(m, flops) && poolAvailable()
