@@ -63,9 +63,8 @@ func TestEveryFamilyLearnsOnItsDefaults(t *testing.T) {
 		// OPD's fall depends on the starting models and the seed more than the others': with
 		// the seeds 1234, 1, 2, 3 it fell 49, 36, 50, 38 % on one build and 28, 29, 50, 46 % on
 		// another that only rounds its matrix products differently (large ones on OpenBLAS's
-		// thread pool); with the catalog's defaults it fell 24.6 % (0.830 → 0.626) once
-		// independent products ran side by side, each on one thread. So 20 % is asked.
-		{"opd", falls(0.2), "the teacher KL falls by 20 %", true},
+		// thread pool), so 25 % is asked.
+		{"opd", falls(0.25), "the teacher KL falls by 25 %", true},
 		{"flow_matching", falls(0.2), "the loss falls by 20 %", true},
 		{"flow_grpo", rises(0.3), "validation reward rises by 0.3", true},
 	}

@@ -25,8 +25,8 @@ type Backend struct {
 	devices   int // virtual devices (config "devices=N"); see devices.go
 	// noFuse turns off broadcast fusion (fuse.go), for the tests that compare both programs.
 	noFuse bool
-	// noPair turns off running independent products side by side (pair.go), likewise.
-	noPair bool
+	// pairing says when independent products run side by side (pair.go).
+	pairing pairMode
 }
 
 var _ backends.Backend = (*Backend)(nil)

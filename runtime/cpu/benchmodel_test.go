@@ -182,11 +182,7 @@ func TestBenchModelPairing(t *testing.T) {
 	if raceEnabled {
 		t.Skip("seconds; minutes under -race")
 	}
-	paired, err := runtime.NewBackend("cpu")
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := runBenchModel(t, paired)
+	got := runBenchModel(t, &runtime.Backend{Backend: cpu.NewPairedForTest(), Spec: "cpu"})
 	want := runBenchModel(t, &runtime.Backend{Backend: cpu.NewUnpairedForTest(), Spec: "cpu"})
 	for i := range want.logProbs {
 		if g, w := float64(got.logProbs[i]), float64(want.logProbs[i]); !(math.Abs(g-w) <= 1e-5*math.Abs(w)) {

@@ -120,7 +120,7 @@ func (b *Builder) Compile(outputs []backends.Op, shardings []*backends.ShardingS
 	}
 	// Pairing reorders the steps: after the fusion passes, which decide what the steps are, and
 	// before the last uses, which follow from their order.
-	if !b.backend.noPair {
+	if b.backend.pairing.enabled() {
 		pairProducts(e.steps, pooledFLOPs)
 	}
 	for si, s := range e.steps {

@@ -6,6 +6,8 @@ import "github.com/gomlx/gomlx/backends"
 // tests outside the package that compare both programs.
 func NewUnfusedForTest() backends.Backend { return &Backend{noFuse: true} }
 
-// NewUnpairedForTest returns a cpu backend that runs no products side by side (pair.go), for
-// the tests outside the package that compare both programs.
-func NewUnpairedForTest() backends.Backend { return &Backend{noPair: true} }
+// NewPairedForTest and NewUnpairedForTest return cpu backends that run independent products
+// side by side whenever they can, and never (pair.go), for the tests outside the package that
+// compare both programs.
+func NewPairedForTest() backends.Backend   { return &Backend{pairing: pairOn} }
+func NewUnpairedForTest() backends.Backend { return &Backend{pairing: pairOff} }

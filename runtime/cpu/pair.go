@@ -1,6 +1,10 @@
 package cpu
 
-import "sync"
+import (
+	"sync"
+
+	"stx.dev/stx/runtime/cpu/blas"
+)
 
 // Running two independent matrix products side by side.
 //
@@ -10,7 +14,8 @@ import "sync"
 // training step has many: each Linear's backward computes dX = dY·Wᵀ and dW = Xᵀ·dY from the
 // same dY, and the forward projects one input through q, k and v, gate and up. The program's
 // order puts them apart, so Compile moves each pair next to each other (pairProducts) and
-// execute runs the two at once (runPair).
+// execute runs the two at once (runPair). It does so where that pays with the OpenBLAS
+// kernels in use (blas.SideBySidePays).
 //
 // Measured on 2 cores (Zen 5, OpenBLAS 0.3.21) on the bench model's forward and gradient
 // graphs, paired and unpaired alternated 30-40 times, summing each product's fastest time (the
@@ -19,6 +24,19 @@ import "sync"
 // with Haswell's, -3 to +5 % (pairs 165-190, the pool 170-190, one thread 100). In a run where
 // other work held the cores throughout, paired was 11-17 % slower. BenchmarkSgemmPair in
 // package blas measures the pairs alone.
+
+// pairMode says when Compile pairs products.
+type pairMode int
+
+const (
+	pairAuto pairMode = iota // where it pays with the OpenBLAS kernels in use (blas.SideBySidePays)
+	pairOff                  // never (tests comparing both programs)
+	pairOn                   // always (tests of pairing on any kernels)
+)
+
+func (m pairMode) enabled() bool {
+	return m == pairOn || (m == pairAuto && blas.SideBySidePays())
+}
 
 const (
 	// pairMaxWorkRatio bounds how much more work one product of a pair may have than the

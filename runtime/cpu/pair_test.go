@@ -128,7 +128,8 @@ func TestPairedSameAsUnpaired(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			paired, unpaired := newRecordingBackend(&Backend{}), newRecordingBackend(&Backend{noPair: true})
+			paired, unpaired := newRecordingBackend(&Backend{pairing: pairOn}), newRecordingBackend(&Backend{pairing: pairOff})
+			auto := newRecordingBackend(&Backend{})
 			want, err := run(t, unpaired, tc.fn, localClones(tc.inputs)...)
 			if err != nil {
 				t.Fatal(err)
@@ -151,6 +152,15 @@ func TestPairedSameAsUnpaired(t *testing.T) {
 			}
 			if got := unpaired.pairs(); got != 0 {
 				t.Errorf("with pairing off: %d pairs", got)
+			}
+			if _, err := run(t, auto, tc.fn, localClones(tc.inputs)...); err != nil {
+				t.Fatal(err)
+			}
+			if !blas.SideBySidePays() {
+				wantPairs = 0
+			}
+			if got := auto.pairs(); got != wantPairs {
+				t.Errorf("by default, with OpenBLAS's %q kernels: %d pairs, want %d", blas.CoreName(), got, wantPairs)
 			}
 			for i := range want {
 				if err := closeNorm(flatOf(first[i]).([]float32), flatOf(want[i]).([]float32)); err != nil {
@@ -257,7 +267,7 @@ func TestPairProducts(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			bld := (&Backend{noPair: true}).Builder(t.Name())
+			bld := (&Backend{pairing: pairOff}).Builder(t.Name())
 			ps := make([]backends.Op, len(tc.params))
 			for i, s := range tc.params {
 				ps[i] = must(bld.Parameter(fmt.Sprintf("p%d", i), s, nil))
@@ -321,7 +331,7 @@ func TestPairFailures(t *testing.T) {
 	} {
 		for k := range 2 {
 			t.Run(fmt.Sprintf("%s-in-step-%d", tc.name, k), func(t *testing.T) {
-				b := &Backend{}
+				b := &Backend{pairing: pairOn}
 				bld := b.Builder(t.Name())
 				x := must(bld.Parameter("x", f32(tok, d), nil))
 				w := must(bld.Parameter("w", f32(d, h), nil))
