@@ -17,13 +17,14 @@ import (
 // execute runs the two at once (runPair). It does so where that pays with the OpenBLAS
 // kernels in use (blas.SideBySidePays).
 //
-// Measured on 2 cores (Zen 5, OpenBLAS 0.3.21) on the bench model's forward and gradient
-// graphs, paired and unpaired alternated 30-40 times, summing each product's fastest time (the
-// machine was shared with other work, so medians mean little): with SkylakeX's kernels the
-// large products take 6-11 % less time paired (pairs at 280-325 GFLOP/s, the pool at 240-300);
-// with Haswell's, -3 to +5 % (pairs 165-190, the pool 170-190, one thread 100). In a run where
-// other work held the cores throughout, paired was 11-17 % slower. BenchmarkSgemmPair in
-// package blas measures the pairs alone.
+// Measured on 2 cores (Zen 5, OpenBLAS 0.3.21). With SkylakeX's kernels, stx bench's medians
+// of 9 alternated runs against unpaired: forward log-probs 1.10×, GRPO step 1.14×, SFT step
+// 1.13×, KV-cache sampling 1.01×; the large products of the forward and gradient graphs take
+// 6-11 % less time (each product's fastest of 30-40 runs: pairs at 280-325 GFLOP/s, the pool
+// at 240-300). With Haswell's kernels the pool already reaches 170-190 GFLOP/s, pairs 165-190
+// (one thread 100), and stx bench moved 0.97-1.05×: nothing gained, so blas.SideBySidePays
+// keeps pairing off there. While other processes held the cores, pairs fared worse than the
+// pool (11-17 % in one such run). BenchmarkSgemmPair in package blas measures pairs alone.
 
 // pairMode says when Compile pairs products.
 type pairMode int
