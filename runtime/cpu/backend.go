@@ -25,6 +25,8 @@ type Backend struct {
 	devices   int // virtual devices (config "devices=N"); see devices.go
 	// noFuse turns off broadcast fusion (fuse.go), for the tests that compare both programs.
 	noFuse bool
+	// pairing says when independent products run side by side (pair.go).
+	pairing pairMode
 }
 
 var _ backends.Backend = (*Backend)(nil)

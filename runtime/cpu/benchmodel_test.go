@@ -173,3 +173,38 @@ func TestBenchModelFusionSameBits(t *testing.T) {
 		}
 	}
 }
+
+// TestBenchModelPairing runs the bench model's forward and backward pass with and without
+// independent products run side by side (pair.go) and requires the same results within
+// float32 rounding: a paired product runs on one thread, which with some OpenBLAS kernels
+// rounds a few elements differently from the same product on OpenBLAS's pool.
+func TestBenchModelPairing(t *testing.T) {
+	if raceEnabled {
+		t.Skip("seconds; minutes under -race")
+	}
+	got := runBenchModel(t, &runtime.Backend{Backend: cpu.NewPairedForTest(), Spec: "cpu"})
+	want := runBenchModel(t, &runtime.Backend{Backend: cpu.NewUnpairedForTest(), Spec: "cpu"})
+	for i := range want.logProbs {
+		if g, w := float64(got.logProbs[i]), float64(want.logProbs[i]); !(math.Abs(g-w) <= 1e-5*math.Abs(w)) {
+			t.Fatalf("log-prob %d: paired %v, unpaired %v", i, g, w)
+		}
+	}
+	if !(math.Abs(got.loss-want.loss) <= 1e-6*math.Abs(want.loss)) {
+		t.Errorf("loss: paired %v, unpaired %v", got.loss, want.loss)
+	}
+	worst := 0.0
+	for i, name := range want.names {
+		var diff, norm float64
+		for j, w := range want.grads[i] {
+			d := float64(got.grads[i][j]) - float64(w)
+			diff += d * d
+			norm += float64(w) * float64(w)
+		}
+		rel := math.Sqrt(diff / norm)
+		worst = max(worst, rel)
+		if !(rel <= 1e-5) {
+			t.Errorf("gradient of %s: relative difference %.2g", name, rel)
+		}
+	}
+	t.Logf("worst relative difference of a gradient %.2g", worst)
+}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/gomlx/gomlx/backends"
 	"github.com/gomlx/gomlx/pkg/core/dtypes"
 	"github.com/gomlx/gomlx/pkg/core/shapes"
 
@@ -274,7 +275,7 @@ func dotFloat32(r *execution, p *dotPlan, lhs, rhs, out []float32) {
 	if p.rhsView != nil {
 		bOff, ldb = p.rhsView.offsets, p.rhsView.ld
 	}
-	sgemmBatch(p.transA, p.transB, p.batch, m, n, k, a, lda, aOff, b, ldb, bOff, out)
+	sgemmBatch(r.oneThread, p.transA, p.transB, p.batch, m, n, k, a, lda, aOff, b, ldb, bOff, out)
 }
 
 // itemOffset is where batch item bi starts: offsets[bi], or bi·size when items are consecutive
@@ -330,36 +331,78 @@ func gemmGo(transB bool, m, n, k int, a []float32, lda int, b []float32, ldb int
 	}
 }
 
-// sgemmBatch computes out[b] = op(a[b])·op(b[b]) for every batch item (row-major, ldc = n).
-// Tiny products run in Go (a cgo call and OpenBLAS's packing cost more than the arithmetic);
-// batches of products up to sideBySideMaxFMAs are spread over the cores one item per task, each
-// on one thread (the attention's per-head products; the decode step's: 32 heads×rows of
-// [1,256]·[256,64]); larger products go to blas.Sgemm one at a time, which spreads each over
-// the cores.
-//
-// Item bi of a starts at aOff[bi] (nil: bi·m·k), of b at bOff[bi] (nil: bi·k·n).
-func sgemmBatch(transA, transB bool, batch, m, n, k int, a []float32, lda int, aOff []int, b []float32, ldb int, bOff []int, out []float32) {
+// gemmPath is how sgemmBatch runs a batch of products.
+type gemmPath int
+
+const (
+	gemmInGo       gemmPath = iota // tiny products, in Go
+	gemmSideBySide                 // batch items spread over the cores, each on one thread
+	gemmEach                       // one blas.Sgemm per item, each spread over the cores
+)
+
+// chooseGemmPath picks sgemmBatch's path for batch products of [m,k]·[k,n]. Tiny products run
+// in Go (a cgo call and OpenBLAS's packing cost more than the arithmetic); batches of products
+// up to sideBySideMaxFMAs are spread over the cores one item per task, each on one thread (the
+// attention's per-head products; the decode step's: 32 heads×rows of [1,256]·[256,64]);
+// larger products go to blas.Sgemm one at a time, which spreads each over the cores.
+func chooseGemmPath(transA bool, batch, m, n, k int) gemmPath {
+	perItem := m * n * k
+	switch {
+	case perItem <= goGemmMaxFMAs && !transA:
+		return gemmInGo
+	case batch > 1 && perItem <= sideBySideMaxFMAs:
+		return gemmSideBySide
+	}
+	return gemmEach
+}
+
+// sgemmBatch computes out[b] = op(a[b])·op(b[b]) for every batch item (row-major, ldc = n), on
+// the path chooseGemmPath picks. Item bi of a starts at aOff[bi] (nil: bi·m·k), of b at bOff[bi]
+// (nil: bi·k·n). With oneThread, everything runs on the calling goroutine and
+// OpenBLAS's calls on one thread: the caller runs another product beside it (executable.go).
+func sgemmBatch(oneThread, transA, transB bool, batch, m, n, k int, a []float32, lda int, aOff []int, b []float32, ldb int, bOff []int, out []float32) {
 	perItem := m * n * k
 	itemA := func(i int) []float32 { return a[itemOffset(aOff, i, m*k):] }
 	itemB := func(i int) []float32 { return b[itemOffset(bOff, i, k*n):] }
-	switch {
-	case perItem <= goGemmMaxFMAs && !transA:
-		parallelFor(batch, batch*perItem, func(lo, hi int) {
-			for i := lo; i < hi; i++ {
-				gemmGo(transB, m, n, k, itemA(i), lda, itemB(i), ldb, out[i*m*n:(i+1)*m*n])
+	items := parallelFor
+	sgemm := blas.Sgemm
+	if oneThread {
+		items = func(n, _ int, fn func(lo, hi int)) { fn(0, n) }
+		sgemm = blas.SgemmOneThread
+	}
+	switch chooseGemmPath(transA, batch, m, n, k) {
+	case gemmInGo:
+		items(batch, batch*perItem, func(lo, hi int) {
+			for bi := lo; bi < hi; bi++ {
+				gemmGo(transB, m, n, k, itemA(bi), lda, itemB(bi), ldb, out[bi*m*n:(bi+1)*m*n])
 			}
 		})
-	case batch > 1 && perItem <= sideBySideMaxFMAs:
-		parallelFor(batch, batch*perItem, func(lo, hi int) {
-			for i := lo; i < hi; i++ {
-				blas.SgemmOneThread(transA, transB, m, n, k, 1, itemA(i), lda, itemB(i), ldb, 0, out[i*m*n:], n)
+	case gemmSideBySide:
+		items(batch, batch*perItem, func(lo, hi int) {
+			for bi := lo; bi < hi; bi++ {
+				blas.SgemmOneThread(transA, transB, m, n, k, 1, itemA(bi), lda, itemB(bi), ldb, 0, out[bi*m*n:], n)
 			}
 		})
 	default:
-		for i := range batch {
-			blas.Sgemm(transA, transB, m, n, k, 1, itemA(i), lda, itemB(i), ldb, 0, out[i*m*n:], n)
+		for bi := range batch {
+			sgemm(transA, transB, m, n, k, 1, itemA(bi), lda, itemB(bi), ldb, 0, out[bi*m*n:], n)
 		}
 	}
+}
+
+// pooledFLOPs returns the FLOPs of a float32 DotGeneral whose every product goes to OpenBLAS's
+// thread pool, and false for any other node: such products are what the executable runs two at
+// a time, side by side (pairProducts). Batches that sgemmBatch already runs side by side are
+// not among them.
+func pooledFLOPs(n *node) (int, bool) {
+	if n.op != backends.OpTypeDotGeneral || n.shape.DType != dtypes.Float32 {
+		return 0, false
+	}
+	p := n.data.(*dotPlan)
+	if chooseGemmPath(p.transA, p.batch, p.m, p.n, p.k) != gemmEach || !blas.UsesPool(p.m, p.n, p.k) {
+		return 0, false
+	}
+	return 2 * p.batch * p.m * p.n * p.k, true
 }
 
 type dotNumber interface {

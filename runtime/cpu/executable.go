@@ -20,6 +20,8 @@ type step struct {
 	inputs []int // node indices
 	// release lists the storage roots whose last use is this step.
 	release []int
+	// paired: this step and the next run at the same time (pair.go).
+	paired bool
 }
 
 // Executable is a compiled graph: a topologically ordered program with, for every
@@ -113,9 +115,18 @@ func (b *Builder) Compile(outputs []backends.Op, shardings []*backends.ShardingS
 		s := step{n: n, fn: fn, inputs: make([]int, len(n.inputs))}
 		for i, in := range n.inputs {
 			s.inputs[i] = in.idx
-			e.lastUse[e.root[in.idx]] = len(e.steps)
 		}
 		e.steps = append(e.steps, s)
+	}
+	// Pairing reorders the steps: after the fusion passes, which decide what the steps are, and
+	// before the last uses, which follow from their order.
+	if b.backend.pairing.enabled() {
+		pairProducts(e.steps, pooledFLOPs)
+	}
+	for si, s := range e.steps {
+		for _, in := range s.inputs {
+			e.lastUse[e.root[in]] = si
+		}
 	}
 	for _, o := range outNodes {
 		e.pinned[e.root[o.idx]] = true
@@ -172,6 +183,8 @@ func (e *Executable) Outputs() []shapes.Shape {
 type execution struct {
 	pool    *bufferPool
 	replica replica // this program's place among SPMD replicas (collective.go)
+	// oneThread: the step runs beside another (pair.go), so its products keep to one thread.
+	oneThread bool
 }
 
 // execute runs the program once, as replica rep, on inputs; donated inputs become invalid and
@@ -218,9 +231,34 @@ func (e *Executable) execute(inputs []backends.Buffer, donate []bool, rep replic
 	var inBufs []*Buffer
 	var owned []bool
 	taken := make([]bool, e.numIdx)
-	for si := range e.steps {
+	release := func(s *step) {
+		for _, root := range s.release {
+			if !taken[root] && reusable(root) {
+				r.pool.put(vals[root].shape.DType, vals[root].flat)
+				vals[root].flat = nil
+				taken[root] = true
+			}
+		}
+	}
+	for si := 0; si < len(e.steps); si++ {
 		s := &e.steps[si]
 		n := s.n
+		if s.paired {
+			pairOuts, errs := e.runPair(r, vals, si)
+			for k := range 2 {
+				pn := e.steps[si+k].n
+				if errs[k] != nil {
+					return nil, fmt.Errorf("cpu backend Execute %q: %s: %w", e.name, pn.op, errs[k])
+				}
+				pairOuts[k].shape = pn.shape
+				vals[pn.idx] = pairOuts[k]
+			}
+			// Only now that both are done may what either read last be recycled.
+			release(s)
+			release(&e.steps[si+1])
+			si++
+			continue
+		}
 		inBufs = inBufs[:0]
 		owned = owned[:0]
 		for _, idx := range s.inputs {
@@ -245,13 +283,7 @@ func (e *Executable) execute(inputs []backends.Buffer, donate []bool, rep replic
 			out.shape = n.shape
 			vals[n.idx] = out
 		}
-		for _, root := range s.release {
-			if !taken[root] && reusable(root) {
-				r.pool.put(vals[root].shape.DType, vals[root].flat)
-				vals[root].flat = nil
-				taken[root] = true
-			}
-		}
+		release(s)
 	}
 	// Hand the outputs over; storage the caller still owns (non-donated parameters, constants)
 	// or that an earlier output already returned is copied.

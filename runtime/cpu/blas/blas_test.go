@@ -170,3 +170,59 @@ func TestSgemmConcurrentSameBits(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkSgemmPair reports GFLOP/s for pairs of independent products that the cpu backend
+// runs side by side in the bench model's train step (forward: q and k, gate and up; backward:
+// a Linear's dX and dW): one after the other, each on OpenBLAS's pool, against side by side,
+// each on one thread.
+func BenchmarkSgemmPair(b *testing.B) {
+	if !Available() {
+		b.Skip(Name())
+	}
+	type product struct {
+		m, n, k        int
+		transA, transB bool
+	}
+	r := rand.New(rand.NewPCG(7, 8))
+	for _, pair := range [][2]product{
+		{{2048, 256, 256, false, true}, {2048, 256, 256, false, true}},
+		{{2048, 704, 256, false, true}, {2048, 704, 256, false, true}},
+		{{2048, 256, 256, false, false}, {256, 256, 2048, true, false}},
+		{{2048, 256, 704, false, false}, {704, 256, 2048, true, false}},
+		{{2048, 256, 2048, false, false}, {2048, 256, 2048, true, false}},
+	} {
+		var runs [2]func(func(bool, bool, int, int, int, float32, []float32, int, []float32, int, float32, []float32, int))
+		flops := 0.0
+		for i, p := range pair {
+			a, w, c := randSlice(r, p.m*p.k), randSlice(r, p.k*p.n), make([]float32, p.m*p.n)
+			lda, ldb := p.k, p.n
+			if p.transA {
+				lda = p.m
+			}
+			if p.transB {
+				ldb = p.k
+			}
+			runs[i] = func(sgemm func(bool, bool, int, int, int, float32, []float32, int, []float32, int, float32, []float32, int)) {
+				sgemm(p.transA, p.transB, p.m, p.n, p.k, 1, a, lda, w, ldb, 0, c, p.n)
+			}
+			flops += 2 * float64(p.m) * float64(p.n) * float64(p.k)
+		}
+		name := fmt.Sprintf("%dx%dx%d+%dx%dx%d", pair[0].m, pair[0].n, pair[0].k, pair[1].m, pair[1].n, pair[1].k)
+		b.Run("pool/"+name, func(b *testing.B) {
+			for b.Loop() {
+				runs[0](Sgemm)
+				runs[1](Sgemm)
+			}
+			b.ReportMetric(flops*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+		})
+		b.Run("sidebyside/"+name, func(b *testing.B) {
+			for b.Loop() {
+				var wg sync.WaitGroup
+				wg.Go(func() { runs[1](SgemmOneThread) })
+				runs[0](SgemmOneThread)
+				wg.Wait()
+			}
+			b.ReportMetric(flops*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+		})
+	}
+}

@@ -10,6 +10,7 @@ package blas
 import (
 	"fmt"
 	"runtime"
+	"strings"
 	"sync"
 )
 
@@ -118,7 +119,7 @@ func parallelSgemm(transA, transB bool, m, n, k int, alpha float32, a []float32,
 		singleSgemm(transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
 		return
 	}
-	if m >= thinRows && flops >= poolMinFLOPs {
+	if forPool(m, flops) {
 		poolLock.Lock()
 		ran := openblasSgemmThreads(workers, transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
 		poolLock.Unlock()
@@ -127,6 +128,35 @@ func parallelSgemm(transA, transB bool, m, n, k int, alpha float32, a []float32,
 		}
 	}
 	splitSgemm(workers, transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+}
+
+// forPool says whether parallelSgemm hands a product of m rows and flops to OpenBLAS's pool.
+func forPool(m, flops int) bool {
+	return m >= thinRows && flops >= poolMinFLOPs
+}
+
+// UsesPool reports whether Sgemm runs an m×n×k product on OpenBLAS's thread pool. A caller
+// with two independent such products may rather run them side by side, each with
+// SgemmOneThread: neither then waits on the pool's threads to share its panels.
+func UsesPool(m, n, k int) bool {
+	flops := 2 * m * n * k
+	return runtime.GOMAXPROCS(0) > 1 && flops >= parallelMinFLOPs && forPool(m, flops) && poolAvailable()
+}
+
+// SideBySidePays reports whether two independent products that UsesPool sends to the pool
+// take less time side by side, each with SgemmOneThread, than one after the other on the
+// pool. It depends on OpenBLAS's kernels. Measured on 2 cores (Zen 5, OpenBLAS 0.3.21) on the
+// bench model's products, the fastest of many alternated runs: with the AVX-512 kernels
+// (SkylakeX) the pool reaches 240-300 GFLOP/s and a pair 280-325; with Haswell's the pool
+// already reaches 170-190, 85-95 % of two threads' 2×100, and pairs 165-190, so there is
+// nothing to gain (and OpenBLAS's pool rounds some elements of those products differently
+// from one thread, which pairing would change for nothing).
+func SideBySidePays() bool {
+	switch strings.ToLower(CoreName()) {
+	case "skylakex", "cooperlake", "sapphirerapids":
+		return true
+	}
+	return false
 }
 
 // splitSgemm runs single-threaded OpenBLAS calls on blocks of C, one per core: rows of C when

@@ -12,11 +12,13 @@ typedef void (*sgemm_fn)(int order, int transA, int transB, int m, int n, int k,
 typedef char *(*config_fn)(void);
 typedef int (*threads_fn)(void);
 typedef void (*set_threads_fn)(int);
+typedef char *(*corename_fn)(void);
 
 static sgemm_fn stx_sgemm;
 static config_fn stx_config;
 static threads_fn stx_threads;
 static set_threads_fn stx_set_threads;
+static corename_fn stx_corename;
 
 // stx_blas_open tries each name in turn; returns 0 on success.
 static int stx_blas_open(const char *name) {
@@ -26,6 +28,7 @@ static int stx_blas_open(const char *name) {
 	if (!stx_sgemm) { dlclose(h); return 2; }
 	stx_config = (config_fn)dlsym(h, "openblas_get_config");
 	stx_threads = (threads_fn)dlsym(h, "openblas_get_num_threads");
+	stx_corename = (corename_fn)dlsym(h, "openblas_get_corename");
 	// One thread by default: on the small products of decoding OpenBLAS's threads cost more than
 	// they give (2.5x slower at M=8); Sgemm hands the large ones to stx_blas_sgemm_threads.
 	stx_set_threads = (set_threads_fn)dlsym(h, "openblas_set_num_threads");
@@ -34,6 +37,7 @@ static int stx_blas_open(const char *name) {
 }
 
 static const char *stx_blas_config(void) { return stx_config ? stx_config() : ""; }
+static const char *stx_blas_corename(void) { return stx_corename ? stx_corename() : ""; }
 static int stx_blas_has_pool(void) { return stx_set_threads != 0; }
 static int stx_blas_threads(void) { return stx_threads ? stx_threads() : 0; }
 
@@ -117,6 +121,21 @@ func Name() string {
 		return "pure Go (" + err.Error() + ")"
 	}
 	return name
+}
+
+// CoreName is the name of the CPU whose kernels OpenBLAS uses ("Haswell", "SkylakeX", ...;
+// OPENBLAS_CORETYPE chooses it), or "" when OpenBLAS is not available or does not say.
+func CoreName() string {
+	if !Available() {
+		return ""
+	}
+	return C.GoString(C.stx_blas_corename())
+}
+
+// poolAvailable says whether OpenBLAS is loaded and can change its thread count, without which
+// parallelSgemm splits every product itself.
+func poolAvailable() bool {
+	return Available() && C.stx_blas_has_pool() != 0
 }
 
 func openblasSgemm(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
