@@ -35,9 +35,9 @@ fuzz:
 # the tiny model on the arithmetic task, then GRPO from the SFT checkpoint. Each run prints
 # its greedy validation accuracy before and after training. The task is 1-digit addition
 # (task_digits, task_ops): its 100 sums split into 80 for training and 20 held out. 150 SFT
-# steps leave the policy middling (0 -> 0.4 at the default seed on the cpu backend) so that
-# GRPO's groups see both right and wrong answers; 40 GRPO rollouts then raise it (0.4 -> 0.85).
-# About 10 s on 2 cores with OpenBLAS, a minute on SimpleGo; 2-digit operands (DEMO_DIGITS=2,
+# steps leave the policy middling (0 -> 0.45 at the default seed on the cpu backend) so that
+# GRPO's groups see both right and wrong answers; 40 GRPO rollouts then raise it (0.45 -> 1.0).
+# About 10 s on 2 cores with OpenBLAS, 20 s on SimpleGo; 2-digit operands (DEMO_DIGITS=2,
 # with larger splits) learn far slower.
 DEMO_DIR ?= runs/demo
 DEMO_DIGITS ?= 1
