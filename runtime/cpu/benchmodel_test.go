@@ -98,6 +98,28 @@ func runBenchModel(t *testing.T, b *runtime.Backend) benchModelResult {
 	return res
 }
 
+// gradientsClose requires each variable's gradient in got to match want's as a whole,
+// ‖g − g_want‖ ≤ 1e-5·‖g_want‖ (elementwise relative error is meaningless for the entries that
+// cancel to nearly zero), and returns the worst relative difference.
+func gradientsClose(t *testing.T, got, want benchModelResult) float64 {
+	t.Helper()
+	worst := 0.0
+	for i, name := range want.names {
+		var diff, norm float64
+		for j, w := range want.grads[i] {
+			d := float64(got.grads[i][j]) - float64(w)
+			diff += d * d
+			norm += float64(w) * float64(w)
+		}
+		rel := math.Sqrt(diff / norm)
+		worst = max(worst, rel)
+		if !(rel <= 1e-5) {
+			t.Errorf("gradient of %s: relative difference %.2g", name, rel)
+		}
+	}
+	return worst
+}
+
 // TestBenchModelMatchesSimpleGo runs the bench model on both backends and requires equal
 // log-probs, loss and gradients of every variable, to 1e-5 relative.
 func TestBenchModelMatchesSimpleGo(t *testing.T) {
@@ -124,22 +146,7 @@ func TestBenchModelMatchesSimpleGo(t *testing.T) {
 	if !close(got.loss, want.loss) {
 		t.Errorf("loss %v, SimpleGo %v", got.loss, want.loss)
 	}
-	// Each variable's gradient, as a whole: ‖g_cpu − g_go‖ ≤ 1e-5·‖g_go‖ (elementwise relative
-	// error is meaningless for the entries that cancel to nearly zero).
-	worst := 0.0
-	for i, name := range want.names {
-		var diff, norm float64
-		for j, w := range want.grads[i] {
-			d := float64(got.grads[i][j]) - float64(w)
-			diff += d * d
-			norm += float64(w) * float64(w)
-		}
-		rel := math.Sqrt(diff / norm)
-		worst = max(worst, rel)
-		if !(rel <= 1e-5) {
-			t.Errorf("gradient of %s: relative difference %.2g", name, rel)
-		}
-	}
+	worst := gradientsClose(t, got, want)
 	t.Logf("%d gradients, worst relative difference %.2g; loss %.7f (SimpleGo %.7f)", len(want.names), worst, got.loss, want.loss)
 }
 
@@ -192,19 +199,5 @@ func TestBenchModelPairing(t *testing.T) {
 	if !(math.Abs(got.loss-want.loss) <= 1e-6*math.Abs(want.loss)) {
 		t.Errorf("loss: paired %v, unpaired %v", got.loss, want.loss)
 	}
-	worst := 0.0
-	for i, name := range want.names {
-		var diff, norm float64
-		for j, w := range want.grads[i] {
-			d := float64(got.grads[i][j]) - float64(w)
-			diff += d * d
-			norm += float64(w) * float64(w)
-		}
-		rel := math.Sqrt(diff / norm)
-		worst = max(worst, rel)
-		if !(rel <= 1e-5) {
-			t.Errorf("gradient of %s: relative difference %.2g", name, rel)
-		}
-	}
-	t.Logf("worst relative difference of a gradient %.2g", worst)
+	t.Logf("worst relative difference of a gradient %.2g", gradientsClose(t, got, want))
 }
