@@ -36,6 +36,28 @@ type stridedView struct {
 	ld      int
 }
 
+// operandLayout says how a product reads an operand of the given dimensions whose items it
+// wants as [outer, inner] matrices (the lhs as [M,K], the rhs as [K,N]): as stored, or as
+// stored transposed (trans, Sgemm's flag); for float32 (OpenBLAS takes any row stride) through
+// a strided view of each item; else transposed first into [batch, outer, inner] (perm).
+func operandLayout(dims, batch, outer, inner []int, f32 bool) (trans bool, view *stridedView, perm []int) {
+	switch {
+	case isIdentity(concatInts(batch, outer, inner)):
+		return false, nil, nil
+	case isIdentity(concatInts(batch, inner, outer)):
+		return true, nil, nil
+	}
+	if f32 {
+		if v := viewInPlace(dims, batch, outer, inner); v != nil {
+			return false, v, nil
+		}
+		if v := viewInPlace(dims, batch, inner, outer); v != nil {
+			return true, v, nil
+		}
+	}
+	return false, nil, concatInts(batch, outer, inner)
+}
+
 // viewInPlace returns the view under which an operand of the given dimensions is batch ×
 // [outer, inner] without a copy, or nil. That needs the inner axes to be the trailing ones (unit
 // stride) and the outer axes to be consecutive (one row stride); the batch axes may lie
@@ -175,33 +197,9 @@ func planDotGeneral(lhs shapes.Shape, lhsContracting, lhsBatch []int, rhs shapes
 		lhsDims: slices.Clone(lhs.Dimensions),
 		rhsDims: slices.Clone(rhs.Dimensions),
 	}
-	// Prefer Sgemm's transpose flags, then (float32: OpenBLAS takes any row stride) strided
-	// items, over materialising a transpose.
 	f32 := lhs.DType == dtypes.Float32
-	switch {
-	case isIdentity(concatInts(lb, lf, lc)):
-	case isIdentity(concatInts(lb, lc, lf)):
-		p.transA = true
-	case f32 && viewInPlace(lhs.Dimensions, lb, lf, lc) != nil:
-		p.lhsView = viewInPlace(lhs.Dimensions, lb, lf, lc)
-	case f32 && viewInPlace(lhs.Dimensions, lb, lc, lf) != nil:
-		p.lhsView = viewInPlace(lhs.Dimensions, lb, lc, lf)
-		p.transA = true
-	default:
-		p.lhsPerm = concatInts(lb, lf, lc)
-	}
-	switch {
-	case isIdentity(concatInts(rb, rc, rf)):
-	case isIdentity(concatInts(rb, rf, rc)):
-		p.transB = true
-	case f32 && viewInPlace(rhs.Dimensions, rb, rc, rf) != nil:
-		p.rhsView = viewInPlace(rhs.Dimensions, rb, rc, rf)
-	case f32 && viewInPlace(rhs.Dimensions, rb, rf, rc) != nil:
-		p.rhsView = viewInPlace(rhs.Dimensions, rb, rf, rc)
-		p.transB = true
-	default:
-		p.rhsPerm = concatInts(rb, rc, rf)
-	}
+	p.transA, p.lhsView, p.lhsPerm = operandLayout(lhs.Dimensions, lb, lf, lc, f32)
+	p.transB, p.rhsView, p.rhsPerm = operandLayout(rhs.Dimensions, rb, rc, rf, f32)
 	var dims []int
 	for _, a := range lb {
 		dims = append(dims, lhs.Dimensions[a])

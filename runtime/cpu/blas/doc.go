@@ -139,8 +139,7 @@ func forPool(m, flops int) bool {
 // with two independent such products may rather run them side by side, each with
 // SgemmOneThread: neither then waits on the pool's threads to share its panels.
 func UsesPool(m, n, k int) bool {
-	flops := 2 * m * n * k
-	return runtime.GOMAXPROCS(0) > 1 && flops >= parallelMinFLOPs && forPool(m, flops) && poolAvailable()
+	return runtime.GOMAXPROCS(0) > 1 && forPool(m, 2*m*n*k) && poolAvailable()
 }
 
 // SideBySidePays reports whether two independent products that UsesPool sends to the pool
