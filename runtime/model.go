@@ -381,8 +381,9 @@ func (m *Model) attention(h *Node, pre string, w func(string) *Node, rot ropes, 
 		return y
 	}
 	q := Reshape(proj("q_proj"), b, t, c.Heads, hd)
-	kt := Reshape(proj("k_proj"), b, t, kvh, hd) // the new keys, [B,T,kvh,hd]
-	if c.QKNorm {                                // Qwen3: RMSNorm of every head before RoPE
+	// The new keys, [B,T,kvh,hd].
+	kt := Reshape(proj("k_proj"), b, t, kvh, hd)
+	if c.QKNorm { // Qwen3: RMSNorm of every head before RoPE
 		q = rmsNorm(q, w(pre+"self_attn.q_norm.weight"), c.RMSNormEps)
 		kt = rmsNorm(kt, w(pre+"self_attn.k_norm.weight"), c.RMSNormEps)
 	}

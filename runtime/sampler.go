@@ -55,9 +55,10 @@ type Sampler struct {
 	// host is the host decoder with its snapshot of the weights, kept between calls.
 	host *hostDecoder
 	// kCache and vCache hold each layer's keys and values during a call, kept between calls
-	// up to keptCacheBytes (maxKeptCacheBytes): a rollout loop samples after every train step, and freshly
-	// allocated caches (megabytes per call) cost page faults each time the heap has no freed
-	// memory to hand out (at the bench model's GRPO shape, a quarter of the sampling time).
+	// up to keptCacheBytes (maxKeptCacheBytes): a rollout loop samples after every train step,
+	// and freshly allocated caches (megabytes per call) cost page faults each time the heap has
+	// no freed memory to hand out (at the bench model's GRPO shape, a quarter of the sampling
+	// time).
 	kCache, vCache [][]float32
 	keptCacheBytes int
 }

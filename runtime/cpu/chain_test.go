@@ -126,10 +126,7 @@ func TestElementwiseChainsSameBits(t *testing.T) {
 	rng := rand.New(rand.NewPCG(18, 4))
 	for _, c := range tests {
 		t.Run(c.name, func(t *testing.T) {
-			inputs := make([]any, len(c.g.params))
-			for i, s := range c.g.params {
-				inputs[i] = randFlat(rng, s.DType, s.Size())
-			}
+			inputs := c.g.randomInputs(rng)
 			if steps, chains := chainSteps(t, fused, c.g); steps != c.steps || chains != c.chains {
 				t.Errorf("fused program: %d steps, %d chains; want %d, %d", steps, chains, c.steps, c.chains)
 			}

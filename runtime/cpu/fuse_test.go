@@ -18,6 +18,15 @@ type fusionGraph struct {
 	build  func(bld backends.Builder, p []backends.Op) []backends.Op
 }
 
+// randomInputs returns random flat inputs for g's parameters (randFlat).
+func (g fusionGraph) randomInputs(rng *rand.Rand) []any {
+	inputs := make([]any, len(g.params))
+	for i, s := range g.params {
+		inputs[i] = randFlat(rng, s.DType, s.Size())
+	}
+	return inputs
+}
+
 // compileAndRun compiles g on b and runs it on inputs (flat slices, one per parameter),
 // returning the outputs' flat slices and the number of BroadcastInDim steps the program kept.
 func (g fusionGraph) compileAndRun(t *testing.T, b *Backend, inputs []any) (outs []any, broadcasts int) {
@@ -282,10 +291,7 @@ func TestBroadcastFusionGraphs(t *testing.T) {
 	rng := rand.New(rand.NewPCG(18, 2))
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			inputs := make([]any, len(tc.g.params))
-			for i, s := range tc.g.params {
-				inputs[i] = randFlat(rng, s.DType, s.Size())
-			}
+			inputs := tc.g.randomInputs(rng)
 			want, _ := tc.g.compileAndRun(t, unfused, inputs)
 			got, n := tc.g.compileAndRun(t, fused, inputs)
 			if n != tc.kept {
