@@ -12,6 +12,7 @@ import (
 
 	_ "stx.dev/stx/runtime/cpu" // stx's own CPU backend ("cpu"): OpenBLAS GEMM when available.
 	"stx.dev/stx/runtime/cpu/blas"
+	"stx.dev/stx/runtime/xlaplugin"
 )
 
 // SimpleGoSpec is how stx runs GoMLX's pure-Go backend: graph nodes executed one after another
@@ -42,20 +43,31 @@ type Backend struct {
 	Spec string
 	// Source says where the spec came from: "default", "flag" or "$GOMLX_BACKEND".
 	Source string
+	// Plugin is the PJRT plugin of an xla backend (nil for the others).
+	Plugin *xlaplugin.Plugin
 }
 
 // Describe returns a one-line description of the backend and its device, printed at start.
 func (b *Backend) Describe() string {
+	if p := b.Plugin; p != nil {
+		wrapped := ""
+		if p.Wrapped {
+			wrapped = ", newer than go-xla's PJRT 0.83: arguments zero-padded"
+		}
+		return fmt.Sprintf("backend xla (%s, from %s), %d device(s): PJRT plugin %s (PJRT C API %d.%d%s)",
+			b.Spec, b.Source, b.NumDevices(), p.Path, p.Major, p.Minor, wrapped)
+	}
 	return fmt.Sprintf("backend %s (%s, from %s), %d device(s): %s",
 		b.Name(), b.Spec, b.Source, b.NumDevices(), b.Description())
 }
 
 // NormalizeBackendSpec turns a user's backend choice into a GoMLX configuration string.
-// Accepted forms: "" (DefaultBackendSpec), "go" (SimpleGo), "go:<options>", "cpu" or "cpu:<options>" (stx's own
-// CPU backend, package runtime/cpu), "xla" (the first installed PJRT
-// plugin), "xla:<plugin>" (a plugin name such
-// as "cuda" or "cpu", searched in PJRT_PLUGIN_LIBRARY_PATH and the standard places), "xla:/abs/plugin.so",
-// or a bare path to a PJRT plugin ("./pjrt_c_api_cuda_plugin.so"), which is made absolute.
+// Accepted forms: "" (DefaultBackendSpec), "go" (SimpleGo), "go:<options>", "cpu" or
+// "cpu:<options>" (stx's own CPU backend, package runtime/cpu), "xla" (the first installed
+// PJRT plugin), "xla:<plugin>[,<option>...]" (a plugin name such as "cuda" or "cpu", searched
+// in $PJRT_PLUGIN_LIBRARY_PATH, stx's plugin directory and the standard places, or a path to
+// the plugin, which is made absolute; options: devices=N, shared_buffers, noshared_buffers,
+// tf32), or a bare path to a PJRT plugin ("./pjrt_c_api_cuda_plugin.so").
 func NormalizeBackendSpec(spec string) (string, error) {
 	spec = strings.TrimSpace(spec)
 	switch {
@@ -75,10 +87,11 @@ func NormalizeBackendSpec(spec string) (string, error) {
 		// Options are checked by the backend's constructor.
 		return spec, nil
 	case spec == "xla":
-		// The first installed plugin (cuda before cpu); never downloaded.
+		// The first installed plugin (cuda where an NVIDIA device exists, else cpu); never
+		// downloaded.
 		return "xla", nil
 	case strings.HasPrefix(spec, "xla:"):
-		plugin := strings.TrimPrefix(spec, "xla:")
+		plugin, opts, _ := strings.Cut(strings.TrimPrefix(spec, "xla:"), ",")
 		if plugin == "" {
 			return "", fmt.Errorf("backend %q: empty PJRT plugin name", spec)
 		}
@@ -88,6 +101,9 @@ func NormalizeBackendSpec(spec string) (string, error) {
 				return "", fmt.Errorf("backend %q: %w", spec, err)
 			}
 			plugin = abs
+		}
+		if opts != "" {
+			plugin += "," + opts
 		}
 		return "xla:" + plugin, nil
 	case strings.HasSuffix(spec, ".so") || strings.ContainsRune(spec, os.PathSeparator):
@@ -155,9 +171,15 @@ func NewBackend(spec string) (b *Backend, err error) {
 			defer func() { os.Stdout = saved; devnull.Close() }()
 		}
 	}
-	be, err := backends.NewWithConfig(norm)
+	var be backends.Backend
+	var plugin *xlaplugin.Plugin
+	if name == "xla" {
+		be, plugin, err = newXLA(norm)
+	} else {
+		be, err = backends.NewWithConfig(norm)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("backend %q: %w", norm, err)
 	}
-	return &Backend{Backend: be, Spec: norm, Source: source}, nil
+	return &Backend{Backend: be, Spec: norm, Source: source, Plugin: plugin}, nil
 }

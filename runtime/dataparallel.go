@@ -11,6 +11,8 @@ import (
 	"github.com/gomlx/gomlx/pkg/core/shapes"
 	"github.com/gomlx/gomlx/pkg/core/tensors"
 	"github.com/gomlx/gomlx/pkg/ml/context"
+
+	"stx.dev/stx/runtime/cpu"
 )
 
 // Data-parallel training.
@@ -74,7 +76,7 @@ func (t *Trainer) SetDevices(backend backends.Backend, devices []int) error {
 	if len(devices) == 1 {
 		if devices[0] != 0 {
 			for _, e := range t.execs() {
-				e.WithDeviceAssignment(nums)
+				placeOnDevice(e, nums[0])
 			}
 		}
 		return nil
@@ -288,9 +290,16 @@ func (e *NamedExec) SetDevices(backend backends.Backend, devices []int) error {
 		e.exec.SPMD(mesh).WithDeviceAssignment(nums)
 		e.devices = len(devices)
 	case devices[0] != 0:
-		e.exec.WithDeviceAssignment(nums)
+		placeOnDevice(e.exec, nums[0])
 	}
 	return nil
+}
+
+// placeOnDevice runs e's graphs on device d alone, as a one-device program (not a distributed
+// one: see cpu.PlacedName), so that other programs on other devices can read the same
+// variables.
+func placeOnDevice(e *context.Exec, d backends.DeviceNum) {
+	e.WithName(cpu.PlacedName(e.Name(), d))
 }
 
 // execute runs the executor on args (in e.keys order), split among its devices if it has

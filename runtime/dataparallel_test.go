@@ -27,10 +27,7 @@ func tokenSumLoss(ctx *context.Context, m *Model, batch map[string]*Node) (*Node
 // 4 virtual devices of the cpu backend: losses, metrics, gradient norms and the weights after
 // three AdamW steps (two micro-batches each, clipping on) agree within float32 tolerance.
 func TestDataParallelMatchesOneDevice(t *testing.T) {
-	b, err := NewBackend("cpu:devices=4")
-	if err != nil {
-		t.Fatal(err)
-	}
+	b := devicesBackend(t, 4)
 	cfg := smallGQA()
 	rng := rand.New(rand.NewPCG(5, 5))
 	var steps [][]map[string]*tensors.Tensor
@@ -117,10 +114,7 @@ func TestDataParallelMatchesOneDevice(t *testing.T) {
 }
 
 func TestDataParallelErrors(t *testing.T) {
-	b, err := NewBackend("cpu:devices=2")
-	if err != nil {
-		t.Fatal(err)
-	}
+	b := devicesBackend(t, 2)
 	m, err := NewModel(smallGQA(), 1)
 	if err != nil {
 		t.Fatal(err)
@@ -161,10 +155,7 @@ func TestDataParallelErrors(t *testing.T) {
 // TestEvaluatorOnDevices: a forward pass split among 3 devices (5 rows: 2, 2 and 1 real row
 // plus a repeated one) returns every row's outputs in order, as on one device.
 func TestEvaluatorOnDevices(t *testing.T) {
-	b, err := NewBackend("cpu:devices=3")
-	if err != nil {
-		t.Fatal(err)
-	}
+	b := devicesBackend(t, 3)
 	m, err := NewModel(smallGQA(), 2)
 	if err != nil {
 		t.Fatal(err)

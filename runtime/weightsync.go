@@ -149,7 +149,7 @@ func (s *Sampler) SetDevice(backend backends.Backend, d int) error {
 		return fmt.Errorf("sampler: %w", err)
 	}
 	if d != 0 {
-		s.exec.WithDeviceAssignment([]backends.DeviceNum{backends.DeviceNum(d)})
+		placeOnDevice(s.exec, backends.DeviceNum(d))
 	}
 	return nil
 }

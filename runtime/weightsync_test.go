@@ -12,10 +12,7 @@ import (
 // device 2 reading a copy that update_weights (Push) refreshes: the copy holds the trained
 // weights bit for bit, lives on device 2, and samples what the trained model samples.
 func TestRolloutCopyFollowsTraining(t *testing.T) {
-	b, err := NewBackend("cpu:devices=3")
-	if err != nil {
-		t.Fatal(err)
-	}
+	b := devicesBackend(t, 3)
 	cfg := smallGQA()
 	m, err := NewModel(cfg, 3)
 	if err != nil {
@@ -101,10 +98,7 @@ func TestRolloutCopyFollowsTraining(t *testing.T) {
 // TestOffloadAndWakeKeepTraining: offloading a role's weights and optimizer state to host
 // memory between steps, and waking them, changes no bit of what training computes.
 func TestOffloadAndWakeKeepTraining(t *testing.T) {
-	b, err := NewBackend("cpu:devices=2")
-	if err != nil {
-		t.Fatal(err)
-	}
+	b := devicesBackend(t, 2)
 	cfg := smallGQA()
 	mb := sftBatch(rand.New(rand.NewPCG(6, 6)), cfg, 2, 10)
 	mb["den"] = tensors.FromScalar(float32(12))

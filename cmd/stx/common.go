@@ -11,7 +11,7 @@ import (
 )
 
 // envAllow are STX_ environment variables that are settings, not knobs.
-var envAllow = []string{"STX_BACKEND", "STX_RUNS_DIR", "STX_CACHE_DIR"}
+var envAllow = []string{"STX_BACKEND", "STX_RUNS_DIR", "STX_CACHE_DIR", "STX_PJRT_DIR"}
 
 func setFlag() cli.Flag {
 	return &cli.StringSliceFlag{

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"flag"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -17,6 +18,7 @@ import (
 	"stx.dev/stx"
 	"stx.dev/stx/engine"
 	"stx.dev/stx/runtime"
+	"stx.dev/stx/runtime/xlaplugin"
 	"stx.dev/stx/schema"
 )
 
@@ -39,9 +41,21 @@ func TestScripts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// XLA's CPU plugins, from stx's plugin directory before the scripts' cache moves it.
+	pjrtDir, _ := xlaplugin.Dir()
 	testscript.Run(t, testscript.Params{
 		Dir:                 filepath.Join("..", "..", "testdata", "script"),
 		RequireExplicitExec: true,
+		// [xla]: XLA's CPU plugin is installed (scripts/fetch-pjrt.sh); CI always has it.
+		Condition: func(cond string) (bool, error) {
+			if cond != "xla" {
+				return false, fmt.Errorf("unknown condition %q", cond)
+			}
+			if len(xlaplugin.Fetched()) == 0 && os.Getenv("CI") == "true" {
+				return false, fmt.Errorf("no XLA CPU plugin in %s: CI fetches it with scripts/fetch-pjrt.sh", pjrtDir)
+			}
+			return len(xlaplugin.Fetched()) > 0, nil
+		},
 		Cmds: map[string]func(*testscript.TestScript, bool, []string){
 			// status N cmd args...: run cmd and require exit status N.
 			"status": func(ts *testscript.TestScript, neg bool, args []string) {
@@ -77,6 +91,7 @@ func TestScripts(t *testing.T) {
 			root, err := filepath.Abs(filepath.Join("..", ".."))
 			env.Setenv("REPO", root)
 			env.Setenv("STX_CACHE_DIR", cache)
+			env.Setenv("STX_PJRT_DIR", pjrtDir)
 			env.Setenv("NRECIPES", strconv.Itoa(len(cat.Names)))
 			return err
 		},

@@ -32,11 +32,16 @@ type Builder struct {
 var _ backends.Builder = (*Builder)(nil)
 
 func newBuilder(b *Backend, name string) *Builder {
-	return &Builder{
+	builder := &Builder{
 		Builder: notimplemented.Builder{ErrFn: errNotImplemented},
 		backend: b,
 		name:    name,
 	}
+	if d, ok := PlacedDevice(name); ok && b.checkDevice(d) == nil {
+		// A one-device program placed on d (PlacedName).
+		builder.dist.assignment = []backends.DeviceNum{d}
+	}
+	return builder
 }
 
 // node is one operation of the graph; its output is a single buffer.

@@ -184,3 +184,31 @@ func setDevice(outs []backends.Buffer, d backends.DeviceNum) {
 		o.(*Buffer).device = d
 	}
 }
+
+// GoMLX v0.26 places a graph on a device other than 0 only as a distributed (SPMD) program,
+// and an SPMD program pins every variable it reads to its mesh, so that the same weights can
+// no longer be read by a program on another mesh (a trainer on devices [1 2] and its forward
+// passes on device 1). stx places a one-device program instead by naming it: a graph whose
+// name ends in PlacedName's tag runs on that device, and the backends (this one and the xla
+// backend's wrapper) read the tag when they build it.
+const placedTag = "@device:"
+
+// PlacedName is name tagged to run on device d.
+func PlacedName(name string, d backends.DeviceNum) string {
+	return fmt.Sprintf("%s%s%d", name, placedTag, d)
+}
+
+// PlacedDevice reads the device a graph name was tagged with by PlacedName. GoMLX appends
+// "#<n>" (its graph cache's count) to an executor's name.
+func PlacedDevice(graphName string) (backends.DeviceNum, bool) {
+	i := strings.LastIndex(graphName, placedTag)
+	if i < 0 {
+		return 0, false
+	}
+	digits, _, _ := strings.Cut(graphName[i+len(placedTag):], "#")
+	d, err := strconv.Atoi(digits)
+	if err != nil || d < 0 {
+		return 0, false
+	}
+	return backends.DeviceNum(d), true
+}
