@@ -2,7 +2,7 @@
 GO ?= go
 STX := ./stx
 
-.PHONY: all build test vet fmt-check fuzz demo bench clean
+.PHONY: all build test test-xla vet fmt-check fuzz demo bench clean gpu-bundle
 
 all: build
 
@@ -10,15 +10,40 @@ build:
 	$(GO) build -o $(STX) ./cmd/stx
 
 # test: formatting, vet and every test of the module on the default backend (stx's cpu backend
-# where OpenBLAS is installed, else SimpleGo); then the packages that compute again on SimpleGo;
-# then the builds without OpenBLAS (-tags noopenblas: the cpu backend's Go GEMM) and without cgo.
+# where OpenBLAS is installed, else SimpleGo); then the packages that compute again on SimpleGo
+# and on XLA (test-xla); then the builds without OpenBLAS (-tags noopenblas: the cpu backend's Go
+# GEMM) and without cgo.
 test: fmt-check vet
 	$(GO) test -count=1 ./...
 	GOMLX_BACKEND=go $(GO) test -count=1 ./runtime/... ./specializations/... ./engine/... ./cmd/...
+	$(MAKE) test-xla
 	$(GO) vet -tags noopenblas ./runtime/...
 	$(GO) test -count=1 -tags noopenblas ./runtime/ ./runtime/cpu/...
 	CGO_ENABLED=0 $(GO) build -o /dev/null ./cmd/stx
 	$(MAKE) fuzz
+
+# test-xla: the tests of the xla backend on XLA's CPU PJRT plugins (scripts/fetch-pjrt.sh puts
+# them in PJRT_DIR). The first pass already compared XLA with the cpu backend on both plugins
+# (log-probs, losses, gradients, bf16 weights, sampled tokens) and ran placement_xla.txtar. Here,
+# on the default plugin (PJRT 0.115, through stx's compatibility wrapper): the specializations
+# and the engine (every catalog recipe, resume, hot reload, ...) and runtime's multi-device and
+# sampler tests; on the older xla-cpu-pjrt (PJRT 0.81), one recipe of each family. Most of the
+# time is XLA compiling graphs (about 2 s a train step). Without the plugins this skips, except
+# under CI=true, where it fails.
+PJRT_DIR ?= $(or $(STX_PJRT_DIR),$(if $(STX_CACHE_DIR),$(STX_CACHE_DIR)/pjrt,$(or $(XDG_CACHE_HOME),$(HOME)/.cache)/stx/pjrt))
+PJRT_OLD = $(PJRT_DIR)/xla-cpu-pjrt-0.0.1/pjrt_c_api_cpu_plugin.so
+XLA_RUNTIME_TESTS = TestDataParallel|TestEvaluatorOnDevices|TestRolloutCopyFollowsTraining|TestOffloadAndWake|TestSampler|TestRope|TestXLADevices
+XLA_OLD_RECIPES = TestEveryCatalogRecipeRuns/^(sft|grpo|ppo|dpo|opd|flow_grpo)$$
+test-xla:
+	@if [ ! -e "$(PJRT_DIR)/pjrt_c_api_cpu_plugin.so" ] || [ ! -e "$(PJRT_OLD)" ]; then \
+		if [ "$$CI" = true ]; then echo "test-xla: no XLA CPU plugins in $(PJRT_DIR): run scripts/fetch-pjrt.sh" >&2; exit 1; fi; \
+		echo "test-xla: skipped, no XLA CPU plugins in $(PJRT_DIR) (scripts/fetch-pjrt.sh fetches them)"; exit 0; \
+	fi; \
+	set -ex; \
+	export STX_PJRT_DIR="$(PJRT_DIR)"; \
+	GOMLX_BACKEND=xla:cpu $(GO) test -count=1 -timeout 30m ./specializations/... ./engine/...; \
+	GOMLX_BACKEND=xla:cpu $(GO) test -count=1 -timeout 30m -run '$(XLA_RUNTIME_TESTS)' ./runtime/; \
+	GOMLX_BACKEND=xla:$(PJRT_OLD) $(GO) test -count=1 -timeout 30m -run '$(XLA_OLD_RECIPES)' ./engine/
 
 # fuzz: each fuzz test of the readers of users' files for a bounded number of inputs (about 8 s
 # each here); what a run finds is kept under the package's testdata/fuzz/<FuzzX>/ and replayed by
@@ -67,3 +92,14 @@ bench:
 
 clean:
 	rm -f $(STX)
+
+# gpu-bundle: the stx binary for scripts/gpu-check.sh on a GPU machine without Go (docs/gpu.md):
+# dist/stx (cgo, with the xla backend; stripped, so that it travels in 64 MiB) and dist/stx.rev,
+# the source revision it was built from.
+gpu-bundle:
+	$(GO) build -ldflags="-s -w" -o dist/stx ./cmd/stx
+	@git describe --always --dirty > dist/stx.rev 2>/dev/null || echo unknown > dist/stx.rev
+	@echo "built dist/stx ($$(cat dist/stx.rev)). Copy the repository with dist/ to the GPU machine and run there:"
+	@echo "    scripts/gpu-check.sh OUT_DIR      # report: OUT_DIR/report.txt and OUT_DIR/report.json; exit 0 if all passed"
+	@echo "Dry run here on XLA's CPU plugin (scripts/fetch-pjrt.sh installs it):"
+	@echo "    QUICK=1 PLUGIN=\$$HOME/.cache/stx/pjrt/pjrt_c_api_cpu_plugin.so scripts/gpu-check.sh /tmp/gpu-check"

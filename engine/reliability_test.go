@@ -178,6 +178,12 @@ func TestResumeAfterSourceRemoved(t *testing.T) {
 		{"dpo_distributed", []string{`roles.policy.model.source="SRC"`, `roles.reference.model.source="SRC"`}},
 	} {
 		t.Run(tc.recipe, func(t *testing.T) {
+			if onXLA() && tc.recipe != "dpo_distributed" {
+				// Which weights a resumed run loads is the engine's choice, checked here on
+				// the cpu backend; on xla (15 s a recipe) the recipe with both a trained and
+				// a separate frozen role shows the resumed run bit-exact.
+				t.Skip("checked on the cpu backend; dpo_distributed runs on xla")
+			}
 			checkResumeWithoutSource(t, tc.recipe, tc.sets)
 		})
 	}

@@ -46,7 +46,14 @@ func TestRolloutRetries(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, failures := range []int{1, 2} {
+	counts := []int{1, 2}
+	if onXLA() {
+		// Retries are the engine's (checked on the cpu backend with 1 and 2 failures); on
+		// xla a rollout whose generation fails twice shows a retry there takes the same
+		// prompts and leaves the run as without failures.
+		counts = []int{2}
+	}
+	for _, failures := range counts {
 		res, out, err := run(failures)
 		if err != nil {
 			t.Fatalf("%d failures, 2 retries allowed: %v", failures, err)

@@ -16,6 +16,12 @@ func TestOnPolicyRatioIsOneAtAnyTemperature(t *testing.T) {
 	for _, tc := range []struct{ recipe, kl string }{{"grpo", "actor/kl_loss"}, {"ppo", "policy/kl_loss"}} {
 		for _, temp := range []string{"0.7", "1.6"} {
 			t.Run(tc.recipe+"/T="+temp, func(t *testing.T) {
+				if onXLA() && (tc.recipe == "grpo") != (temp == "0.7") {
+					// Each run compiles its sampler and trainer (7 s on xla): grpo's in-role
+					// reference at T = 0.7 and ppo's reference role at T = 1.6 cover both paths
+					// and both sides of 1 on xla; the cpu backend runs all four.
+					t.Skip("grpo at T=0.7 and ppo at T=1.6 run on xla")
+				}
 				cat := runCatalog(t, tc.recipe, "knobs.num_rollout=1", "knobs.rollout_batch_size=4",
 					"knobs.n_samples_per_prompt=4", "knobs.micro_batch_size=16", "knobs.max_new_tokens=6",
 					"knobs.temperature="+temp, "knobs.eval_before_train=false", "knobs.eval_every=0",

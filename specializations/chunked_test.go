@@ -28,6 +28,11 @@ func TestChunkedHeadMatchesPlain(t *testing.T) {
 	}
 	for i, c := range cases {
 		t.Run(fmt.Sprintf("%s_%d", c.name, i), func(t *testing.T) {
+			if onXLA() && i != 1 && i != 2 {
+				// Two compilations a case on xla (5–8 s): the actor's entropy and log-probs and
+				// GKD's full-distribution divergence cover the chunked paths there.
+				t.Skip("checked on the cpu backend; actor_1 and gkd_2 run on xla")
+			}
 			cfg := c.config(true)
 			s, err := New(cfg)
 			if err != nil {

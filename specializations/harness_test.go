@@ -2,6 +2,8 @@ package specializations
 
 import (
 	"math/rand/v2"
+	"os"
+	"strings"
 	"sync"
 	"testing"
 
@@ -40,6 +42,20 @@ func testBackend(t testing.TB) *runtime.Backend {
 		t.Fatal(backendErr)
 	}
 	return backend
+}
+
+// onXLA reports whether the tests run on the xla backend ($GOMLX_BACKEND, CI's `make test-xla`
+// pass on XLA's CPU PJRT plugin). There every trainer and evaluator is compiled by XLA (2–5 s
+// each for the tiny model on 2 cores), so the tests that build one per case run one case per
+// specialization (and per distinct path); the cpu backend runs them all, and the graphs are
+// the same on both backends.
+func onXLA() bool {
+	spec := os.Getenv("STX_BACKEND")
+	if spec == "" {
+		spec = os.Getenv("GOMLX_BACKEND")
+	}
+	s, err := runtime.NormalizeBackendSpec(spec)
+	return err == nil && (s == "xla" || strings.HasPrefix(s, "xla:"))
 }
 
 func tinyModel(t testing.TB, valueHead bool) *runtime.Model {

@@ -117,8 +117,15 @@ func TestProducedKeys(t *testing.T) {
 // micro-batches gives the same loss and gradient norm as one micro-batch (the aggregation
 // denominators are those of the whole mini-batch).
 func TestMicroBatchesAddUp(t *testing.T) {
-	for _, spec := range []string{"actor", "sft"} {
-		for _, mode := range loss.AggModes() {
+	specs, modes := []string{"actor", "sft"}, loss.AggModes()
+	if onXLA() {
+		// The denominators are batch inputs computed on the host, the same on every backend;
+		// on xla (two trainers a case, 6 s) the actor's per-token and per-sequence modes
+		// show the micro-batched step computes the same there.
+		specs, modes = []string{"actor"}, []loss.AggMode{loss.AggTokenMean, loss.AggSeqMeanTokenSumNorm}
+	}
+	for _, spec := range specs {
+		for _, mode := range modes {
 			k := defaultKnobs()
 			k.LossAggMode = string(mode)
 			s, err := New(RoleConfig{Role: schema.Role{Name: "r", Specialization: spec, Trainable: true}, Knobs: k})

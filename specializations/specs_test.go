@@ -254,9 +254,24 @@ func trainingRollout(t *testing.T, c specCase, cfg RoleConfig) *rollout.Rollout 
 
 // TestLossGoesDown: a few optimizer steps on a fixed batch lower every specialization's
 // loss, on the tiny model (language models) or a small velocity MLP (flow).
+//
+// On xla (where each case compiles a trainer, 2–6 s) the first case of each specialization
+// runs, and for the actor the KL + entropy case and GSPO's sequence-level ratio instead of its
+// plain one; the variants of knobs that change only host-side batch inputs or a loss formula
+// already checked on the cpu backend are skipped there.
 func TestLossGoesDown(t *testing.T) {
+	seen := map[string]bool{}
 	for i, c := range specCases() {
-		t.Run(fmt.Sprintf("%s_%d", c.name, i), func(t *testing.T) { lossGoesDown(t, c) })
+		t.Run(fmt.Sprintf("%s_%d", c.name, i), func(t *testing.T) {
+			if onXLA() {
+				keep := (c.name != "actor" && !seen[c.name]) || (c.name == "actor" && (i == 2 || i == 5))
+				seen[c.name] = true
+				if !keep {
+					t.Skip("a variant checked on the cpu backend; one case of the specialization runs on xla")
+				}
+			}
+			lossGoesDown(t, c)
+		})
 	}
 }
 

@@ -141,6 +141,11 @@ func checkStopped(t *testing.T, runs string) {
 func TestSignalsStopLikeInterrupt(t *testing.T) {
 	for _, sig := range []syscall.Signal{syscall.SIGINT, syscall.SIGHUP, syscall.SIGTERM} {
 		t.Run(sig.String(), func(t *testing.T) {
+			if onXLA() && sig != syscall.SIGINT {
+				// One handler serves the three; on xla (a process that compiles its graphs
+				// first, 5–10 s) SIGINT shows it there.
+				t.Skip("SIGHUP and SIGTERM are checked on the default backend")
+			}
 			runs := t.TempDir()
 			cmd, stdout, stderr := stxRun(t, runs)
 			out := bufio.NewReader(stdout)
