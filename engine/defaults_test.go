@@ -3,8 +3,6 @@ package engine
 import (
 	"context"
 	"math"
-	"os"
-	"strings"
 	"testing"
 
 	"stx.dev/stx/runtime"
@@ -12,7 +10,7 @@ import (
 
 // onSimpleGo reports whether the tests run on GoMLX's pure-Go backend (CI's second pass,
 // about 3.5× slower than the cpu backend).
-func onSimpleGo() bool { return testBackendIs("go") }
+func onSimpleGo() bool { return runtime.EnvBackendKind() == "go" }
 
 // onXLA reports whether the tests run on the xla backend (CI's third pass, `make test-xla`, on
 // XLA's CPU PJRT plugin). There each new graph shape of each run is compiled by XLA (0.4–2 s
@@ -20,18 +18,7 @@ func onSimpleGo() bool { return testBackendIs("go") }
 // whose subject is the engine's own host-side logic, already checked on the cpu backend, run a
 // narrower set there, as on SimpleGo. What XLA itself decides (graph decoding, tempered
 // log-probs, learning, bit-exact resume and reproducibility) still runs there.
-func onXLA() bool { return testBackendIs("xla") }
-
-// testBackendIs says whether the backend the tests run on ($STX_BACKEND, else
-// $GOMLX_BACKEND, else the default) is of the given kind ("go", "cpu", "xla").
-func testBackendIs(kind string) bool {
-	spec := os.Getenv("STX_BACKEND")
-	if spec == "" {
-		spec = os.Getenv("GOMLX_BACKEND")
-	}
-	s, err := runtime.NormalizeBackendSpec(spec)
-	return err == nil && (s == kind || strings.HasPrefix(s, kind+":"))
-}
+func onXLA() bool { return runtime.EnvBackendKind() == "xla" }
 
 // TestEveryFamilyLearnsOnItsDefaults runs one recipe of each family exactly as
 // `stx run -a NAME` does, with the catalog's defaults (only the run directory differs), and

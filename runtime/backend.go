@@ -3,7 +3,6 @@ package runtime
 import (
 	"fmt"
 	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 
@@ -96,7 +95,7 @@ func NormalizeBackendSpec(spec string) (string, error) {
 			return "", fmt.Errorf("backend %q: empty PJRT plugin name", spec)
 		}
 		if strings.ContainsRune(plugin, os.PathSeparator) || strings.HasSuffix(plugin, ".so") {
-			abs, err := pluginPath(plugin)
+			abs, err := xlaplugin.Find(plugin)
 			if err != nil {
 				return "", fmt.Errorf("backend %q: %w", spec, err)
 			}
@@ -107,28 +106,13 @@ func NormalizeBackendSpec(spec string) (string, error) {
 		}
 		return "xla:" + plugin, nil
 	case strings.HasSuffix(spec, ".so") || strings.ContainsRune(spec, os.PathSeparator):
-		abs, err := pluginPath(spec)
+		abs, err := xlaplugin.Find(spec)
 		if err != nil {
 			return "", fmt.Errorf("backend %q: %w", spec, err)
 		}
 		return "xla:" + abs, nil
 	}
 	return "", fmt.Errorf("unknown backend %q: use \"go\", \"cpu\", \"xla:<plugin>\" or a path to a PJRT plugin", spec)
-}
-
-func pluginPath(p string) (string, error) {
-	abs, err := filepath.Abs(p)
-	if err != nil {
-		return "", fmt.Errorf("resolving PJRT plugin path: %w", err)
-	}
-	st, err := os.Stat(abs)
-	if err != nil {
-		return "", fmt.Errorf("PJRT plugin: %w", err)
-	}
-	if st.IsDir() {
-		return "", fmt.Errorf("PJRT plugin %s is a directory, not a shared library", abs)
-	}
-	return abs, nil
 }
 
 // NewBackend creates the backend named by spec (a --backend flag value); an empty spec falls
@@ -182,4 +166,21 @@ func NewBackend(spec string) (b *Backend, err error) {
 		return nil, fmt.Errorf("backend %q: %w", norm, err)
 	}
 	return &Backend{Backend: be, Spec: norm, Source: source, Plugin: plugin}, nil
+}
+
+// EnvBackendKind is the kind of backend ("cpu", "go" or "xla") that NewBackend("") would
+// create from the environment ($STX_BACKEND, else $GOMLX_BACKEND, else the default), without
+// creating it: tests that must know which pass they run in (CI runs the suites on each kind)
+// ask it. An invalid spec gives "".
+func EnvBackendKind() string {
+	spec := os.Getenv("STX_BACKEND")
+	if spec == "" {
+		spec = os.Getenv(backends.ConfigEnvVar)
+	}
+	s, err := NormalizeBackendSpec(spec)
+	if err != nil {
+		return ""
+	}
+	kind, _, _ := strings.Cut(s, ":")
+	return kind
 }

@@ -26,7 +26,7 @@ func TestNormalizeBackendSpec(t *testing.T) {
 		{"xla:" + plugin, "xla:" + plugin, ""},
 		{plugin, "xla:" + plugin, ""},
 		{"xla", "xla", ""},
-		{"xla:/no/such/plugin.so", "", "no such file"},
+		{"xla:/no/such/plugin.so", "", "does not exist"},
 		{"tpu", "", "unknown backend"},
 	}
 	for _, c := range cases {

@@ -2,8 +2,6 @@ package specializations
 
 import (
 	"math/rand/v2"
-	"os"
-	"strings"
 	"sync"
 	"testing"
 
@@ -49,14 +47,7 @@ func testBackend(t testing.TB) *runtime.Backend {
 // each for the tiny model on 2 cores), so the tests that build one per case run one case per
 // specialization (and per distinct path); the cpu backend runs them all, and the graphs are
 // the same on both backends.
-func onXLA() bool {
-	spec := os.Getenv("STX_BACKEND")
-	if spec == "" {
-		spec = os.Getenv("GOMLX_BACKEND")
-	}
-	s, err := runtime.NormalizeBackendSpec(spec)
-	return err == nil && (s == "xla" || strings.HasPrefix(s, "xla:"))
-}
+func onXLA() bool { return runtime.EnvBackendKind() == "xla" }
 
 func tinyModel(t testing.TB, valueHead bool) *runtime.Model {
 	t.Helper()

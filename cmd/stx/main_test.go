@@ -111,14 +111,7 @@ func TestScripts(t *testing.T) {
 
 // onXLA reports whether $GOMLX_BACKEND (or $STX_BACKEND) names the xla backend: the pass of
 // `make test-xla`, whose stx processes started with this environment compile on XLA.
-func onXLA() bool {
-	spec := os.Getenv("STX_BACKEND")
-	if spec == "" {
-		spec = os.Getenv("GOMLX_BACKEND")
-	}
-	s, err := runtime.NormalizeBackendSpec(spec)
-	return err == nil && (s == "xla" || strings.HasPrefix(s, "xla:"))
-}
+func onXLA() bool { return runtime.EnvBackendKind() == "xla" }
 
 // errorLine is the shape of every line stx vet prints for a bad recipe.
 var errorLine = regexp.MustCompile(`^[^:\s]+:\d+:\d+: \S.*$`)
