@@ -7,11 +7,6 @@ import (
 	"stx.dev/stx/estimators"
 )
 
-// maxValPrompts caps the validation prompts of one evaluation: greedy decoding
-// on the pure-Go backend costs about as much as a rollout per 64 prompts, and
-// 64 prompts resolve accuracy to ±6 points, enough to see learning.
-const maxValPrompts = 64
-
 // evaluator scores the rollout model on the validation split.
 type evaluator struct {
 	gen  *rolloutGen
@@ -23,9 +18,6 @@ type evaluator struct {
 
 func newEvaluator(gen *rolloutGen, task tasks.Task) (*evaluator, error) {
 	val := task.Validation()
-	if len(val) > maxValPrompts {
-		val = val[:maxValPrompts]
-	}
 	if gen.render != nil {
 		if err := gen.renderPrompts(val); err != nil {
 			return nil, fmt.Errorf("validation: %w", err)
@@ -49,12 +41,17 @@ func (e *evaluator) run(seed uint64) (map[string]float64, error) {
 	if e.gen.flow != nil {
 		return flowEval(e.gen.flow, k, e.gen.reward, e.task, seed)
 	}
+	// max_val_prompts is hot: the split is cut at each evaluation.
+	val := e.val
+	if m := k.MaxValPrompts; m > 0 && len(val) > m {
+		val = val[:m]
+	}
 	if e.gen.workflow != nil {
-		return e.gen.workflowEval(e.val, seed)
+		return e.gen.workflowEval(val, seed)
 	}
 	n := max(k.NValSamplesPerPrompt, 1)
 	var prompts [][]int32
-	for _, ex := range e.val {
+	for _, ex := range val {
 		p := e.gen.enc.prompt(ex.Prompt)
 		for range n {
 			prompts = append(prompts, p)
@@ -70,7 +67,7 @@ func (e *evaluator) run(seed uint64) (map[string]float64, error) {
 	texts := make([]string, len(samples))
 	owners := make([]tasks.Example, len(samples))
 	for i, s := range samples {
-		texts[i], owners[i] = e.gen.tok.Decode(s.Tokens), e.val[i/n]
+		texts[i], owners[i] = e.gen.tok.Decode(s.Tokens), val[i/n]
 	}
 	rews, oks, err := e.gen.reward.ScoreBatch(texts, owners)
 	if err != nil {

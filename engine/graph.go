@@ -227,6 +227,7 @@ func BuildGraph(r *schema.Recipe) (*Graph, []Problem) {
 		g.Pools[i].Roles = append(g.Pools[i].Roles, role.Name)
 	}
 	probs = append(probs, workflowProblems(r, g)...)
+	probs = append(probs, knobProblems(r, g)...)
 	return g, probs
 }
 

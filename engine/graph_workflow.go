@@ -31,5 +31,10 @@ func workflowProblems(r *schema.Recipe, g *Graph) []Problem {
 	if r.Knobs.DynamicSampling {
 		probs = append(probs, Problem{Path: "knobs.dynamic_sampling", Msg: "dynamic_sampling is not supported with task.workflow (filter_uniform_groups is)"})
 	}
+	if r.Knobs.MinPartialSolveTasks > 0 {
+		// It accumulates rollouts until enough tasks are partially solved, as
+		// dynamic sampling does; one rollout of episodes is one batch.
+		probs = append(probs, Problem{Path: "knobs.min_partial_solve_tasks", Msg: "min_partial_solve_tasks samples more rollouts per step, which task.workflow does not support (filter_uniform_groups and min_trajs_per_group apply)"})
+	}
 	return probs
 }

@@ -93,8 +93,7 @@ func CheckPlacement(cat *schema.Catalog, numDevices int) error {
 		for i, role := range r.Roles {
 			check := func(path, what string, d int) {
 				if d >= numDevices {
-					errs = append(errs, &schema.Error{Pos: cat.Pos(name, path), Path: "recipes." + name + "." + path,
-						Msg: fmt.Sprintf("%s %d, but the backend has %d device(s) (0–%d)", what, d, numDevices, numDevices-1)})
+					errs = append(errs, cat.Err(name, path, "%s %d, but the backend has %d device(s) (0–%d)", what, d, numDevices, numDevices-1))
 				}
 			}
 			for j, d := range role.Devices {

@@ -25,13 +25,19 @@ func (onPolicy) unit() int { return 1 }
 
 func (s onPolicy) generate(g *rolloutGen, id int, seed uint64) (*batch, error) {
 	k := g.rec.Knobs
-	dynamic := k.DynamicSampling
+	// Dynamic sampling generates until the train batch is full; without it,
+	// min_partial_solve_tasks still accumulates batches until enough tasks are
+	// partially solved (docs/ALGORITHMS.md §G step 4). Either way at most
+	// max_num_gen_batches batches (0: no cap, as documented).
+	dynamic := k.DynamicSampling || k.MinPartialSolveTasks > 0
 	filter := k.FilterUniformGroups || k.MinTrajsPerGroup > 1 || k.MinPartialSolveTasks > 0
 	cfg := estimators.RejectionConfig{MinTrajsPerGroup: max(k.MinTrajsPerGroup, 1), FilterUniformGroups: k.FilterUniformGroups,
 		UniformTol: 1e-8, MinPartialSolveTasks: k.MinPartialSolveTasks}
 	if dynamic {
+		cfg.MaxGenBatches = k.MaxNumGenBatches
+	}
+	if k.DynamicSampling {
 		cfg.TrainBatchGroups = k.RolloutBatchSize
-		cfg.MaxGenBatches = max(k.MaxNumGenBatches, 1)
 	}
 	var acc *estimators.Accumulator
 	if dynamic {

@@ -72,7 +72,7 @@ func hotKnobUse(name string) (knobUse, string) {
 	case "num_rollout", "total_batches", "total_epochs", "num_train_passes",
 		"temperature", "top_p", "top_k",
 		"eval_every", "save_every", "keep_checkpoints", "log_episodes_every",
-		"n_val_samples_per_prompt", "correct_threshold",
+		"n_val_samples_per_prompt", "max_val_prompts", "correct_threshold",
 		"min_trajs_per_group", "filter_uniform_groups", "min_partial_solve_tasks",
 		"dynamic_sampling", "max_num_gen_batches", "rollout_retries":
 		return useLoop, ""

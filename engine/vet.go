@@ -56,11 +56,7 @@ func checkGraphs(cat *schema.Catalog, err error) (*schema.Catalog, error) {
 			if len(p.Factors) > 0 {
 				p.Path = cat.FactorPath(name, p.Factors...)
 			}
-			path := "recipes." + name
-			if p.Path != "" {
-				path += "." + p.Path
-			}
-			errs = append(errs, &schema.Error{Pos: cat.Pos(name, p.Path), Path: path, Msg: p.Msg})
+			errs = append(errs, cat.Err(name, p.Path, "%s", p.Msg))
 		}
 		if len(probs) > 0 {
 			delete(cat.Recipes, name)

@@ -11,7 +11,10 @@ import (
 func (c *Catalog) check(r *Recipe) List {
 	var errs List
 	at := func(path, format string, args ...any) {
-		errs = append(errs, &Error{Pos: c.Pos(r.Name, path), Path: "recipes." + r.Name + "." + path, Msg: fmt.Sprintf(format, args...)})
+		errs = append(errs, c.Err(r.Name, path, format, args...))
+	}
+	if len(r.Roles) == 0 {
+		at("roles", "must not be empty")
 	}
 	seen := map[string]int{}
 	for i, role := range r.Roles {

@@ -80,10 +80,14 @@ type Catalog struct {
 	Recipes map[string]*Recipe
 	// Files that were loaded (as given, or "recipes.cue" for the builtin).
 	Files []string
+	// Warnings are problems that do not stop a load: STX_ variables that
+	// are not knobs but whose names are near misses of one.
+	Warnings List
 
 	dir       string
 	userRoot  func() cue.Value // the user's files alone, for positions (built on first use)
 	recipeDef cue.Value        // #Recipe
+	roleDef   cue.Value        // #Role
 	overrides map[string][]override
 	// at is, for a catalog of Check, the catalog of the recipe files the
 	// checked recipe came from, where its paths are reported (nil: none).
@@ -97,6 +101,7 @@ func (c *Catalog) Pos(recipe, path string) Position {
 	if at := c.origin(); at != nil {
 		return at.Pos(recipe, path)
 	}
+	path = c.UserPath(recipe, path)
 	for _, o := range c.overrides[recipe] {
 		if pathHasPrefix(path, o.pathString()) {
 			return o.pos
@@ -266,9 +271,11 @@ func Load(args []string, opts Options) (*Catalog, error) {
 		return nil, fmt.Errorf("embedded schema: no #Recipe")
 	}
 	c.recipeDef = recipeDef
+	c.roleDef = root.LookupPath(cue.ParsePath("#Role"))
 
-	sets, setErrs := parseOverrides(ctx, opts)
+	sets, setErrs, warns := parseOverrides(ctx, opts)
 	errs = append(errs, setErrs...)
+	c.Warnings = warns
 
 	it, err := recipes.Fields()
 	if err != nil {

@@ -30,7 +30,7 @@ func (c *Catalog) checkNumbers(name string, data []byte) List {
 	var errs List
 	walkNumbers(v, "", func(path string, n json.Number) {
 		if msg := numberProblem(string(n)); msg != "" {
-			errs = append(errs, &Error{Pos: c.Pos(name, path), Path: "recipes." + name + "." + path, Msg: msg})
+			errs = append(errs, c.Err(name, path, "%s", msg))
 		}
 	})
 	return errs

@@ -28,10 +28,14 @@ type override struct {
 
 func (o override) pathString() string { return strings.Join(o.path, ".") }
 
-// parseOverrides reads Options.Sets and the STX_ environment.
-func parseOverrides(ctx *cue.Context, opts Options) ([]override, List) {
+// parseOverrides reads Options.Sets and the STX_ environment. Only the
+// STX_ variables that are knobs (or in Options.EnvAllow) are stx's: any
+// other is the user's shell's business and is ignored, with a warning when
+// its name is a near miss of a knob's (STX_TOP_PP for STX_TOP_P), which is
+// most likely a typo that would otherwise go unnoticed.
+func parseOverrides(ctx *cue.Context, opts Options) ([]override, List, List) {
 	var out []override
-	var errs List
+	var errs, warns List
 	for i, s := range opts.Sets {
 		path, raw, ok := strings.Cut(s, "=")
 		pos := Position{File: "--set", Line: i + 1, Col: len(path) + 2}
@@ -57,7 +61,7 @@ func parseOverrides(ctx *cue.Context, opts Options) ([]override, List) {
 	known := map[string]string{}
 	docs, err := KnobDocs()
 	if err != nil {
-		return nil, List{{Pos: Position{File: "schema"}, Msg: err.Error()}}
+		return nil, List{{Pos: Position{File: "schema"}, Msg: err.Error()}}, nil
 	}
 	for _, k := range docs {
 		if env := k.Env(); env != "" {
@@ -72,6 +76,7 @@ func parseOverrides(ctx *cue.Context, opts Options) ([]override, List) {
 	for n := range known {
 		names = append(names, n)
 	}
+	names = append(names, opts.EnvAllow...)
 	for _, kv := range opts.Env {
 		name, raw, ok := strings.Cut(kv, "=")
 		if !ok || !strings.HasPrefix(name, "STX_") || allowed[name] || raw == "" {
@@ -80,7 +85,10 @@ func parseOverrides(ctx *cue.Context, opts Options) ([]override, List) {
 		pos := Position{File: "$" + name, Line: 1, Col: len(name) + 2}
 		knob, ok := known[name]
 		if !ok {
-			errs = append(errs, &Error{Pos: Position{File: "$" + name, Line: 1, Col: 1}, Msg: fmt.Sprintf("%s is not a knob%s (see stx knobs)", name, didYouMean(name, names))})
+			if near := Suggest(name, names); near != "" {
+				warns = append(warns, &Error{Pos: Position{File: "$" + name, Line: 1, Col: 1},
+					Msg: fmt.Sprintf("%s is not a knob and is ignored; did you mean %q? (see stx knobs)", name, near)})
+			}
 			continue
 		}
 		o := override{recipe: opts.Only, path: []string{"knobs", knob}, raw: raw, pos: pos}
@@ -102,7 +110,7 @@ func parseOverrides(ctx *cue.Context, opts Options) ([]override, List) {
 			envFirst = append(envFirst, o)
 		}
 	}
-	return envFirst, errs
+	return envFirst, errs, warns
 }
 
 // parse reads the value as a CUE expression; a bare word is a string, so
@@ -146,6 +154,9 @@ func (c *Catalog) resolve(ctx *cue.Context, name string, rv, def cue.Value, sets
 	if len(mine) > 0 {
 		var errs List
 		data, err := rv.MarshalJSON()
+		if err == nil {
+			data, err = rolesAsList(rv, data)
+		}
 		if err != nil {
 			return nil, List{{Pos: c.Pos(name, ""), Path: "recipes." + name, Msg: err.Error()}}
 		}
@@ -191,6 +202,9 @@ func (c *Catalog) resolve(ctx *cue.Context, name string, rv, def cue.Value, sets
 	// JSON then encoding/json is several times faster than cue's Decode.
 	var r Recipe
 	data, err := rv.MarshalJSON()
+	if err == nil {
+		data, err = rolesAsList(rv, data)
+	}
 	if err == nil {
 		if errs := c.checkNumbers(name, data); len(errs) > 0 {
 			return nil, errs

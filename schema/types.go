@@ -209,6 +209,7 @@ type Knobs struct {
 	EvalBeforeTrain      bool    `json:"eval_before_train"`
 	EvalOnly             bool    `json:"eval_only"`
 	NValSamplesPerPrompt int     `json:"n_val_samples_per_prompt"`
+	MaxValPrompts        int     `json:"max_val_prompts"`
 	CorrectThreshold     float64 `json:"correct_threshold"`
 	SaveEvery            int     `json:"save_every"`
 	KeepCheckpoints      int     `json:"keep_checkpoints"`

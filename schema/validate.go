@@ -30,6 +30,9 @@ func (c *Catalog) validate(rv cue.Value, recipeDef cue.Value, prefix string) Lis
 		}
 	}
 	name := strings.TrimPrefix(prefix, "recipes.")
+	if failed {
+		errs = c.keyedRoleErrors(name, prefix, errs)
+	}
 	if !recipeName.MatchString(name) {
 		errs = append(errs, &Error{Pos: c.Pos(name, ""), Path: prefix, Msg: fmt.Sprintf("recipe name %q must be lower_snake_case (%s)", name, recipeName)})
 	}
@@ -123,6 +126,10 @@ func (c *Catalog) walkAllowed(v, s cue.Value, path string) List {
 				// Recipe defaults are knobs: check their names as knobs.
 				next = s.LookupPath(cue.ParsePath("knobs"))
 			}
+			if label == "roles" && strings.Count(path, ".") == 1 {
+				errs = append(errs, c.walkRoles(it.Value(), child)...)
+				continue
+			}
 			errs = append(errs, c.walkAllowed(it.Value(), next, child)...)
 		}
 	case cue.ListKind:
@@ -181,9 +188,10 @@ func (c *Catalog) convert(err error, prefix string) List {
 		path := formatPath(e.Path())
 		if prefix != "" {
 			// Errors of #Recipe & data name the definition first.
-			path = prefix + "." + strings.TrimPrefix(strings.TrimPrefix(path, "#Recipe"), ".")
+			// Errors of #Recipe & data (or #Role & a role) name the definition first.
+			path = prefix + "." + strings.TrimPrefix(strings.TrimPrefix(strings.TrimPrefix(path, "#Recipe"), "#Role"), ".")
 		}
-		if m := c.missingAncestor(path); prefix == "" && m != "" {
+		if m := c.missingAncestor(path); prefix == "" && m != "" && !c.keyedRoleName(m) {
 			// Everything below a field the user never wrote is one mistake:
 			// the field is missing.
 			if !missing[m] {
@@ -208,18 +216,33 @@ func (c *Catalog) convert(err error, prefix string) List {
 			g.disj = true
 			continue
 		}
+		bothForms := false
+		if isRolesPath(path) {
+			if msg, bothForms = c.rolesMsg(msg, path, prefix != ""); msg == "" {
+				continue
+			}
+		}
 		sargs := make([]string, len(args))
 		for i, a := range args {
 			sargs[i] = fmt.Sprint(a)
 		}
 		pos := c.errPos(path, e)
-		if strings.HasPrefix(msg, "conflicting values ") && !isTypeConflict(msg) {
+		if strings.HasPrefix(msg, "conflicting values ") && !isTypeConflict(msg) || bothForms {
 			// Two values the user wrote disagree: name where the other is.
 			var also []string
+			var ups []Position
 			for _, p := range cueerrors.Positions(e) {
 				if up, ok := c.userPos(p); ok && up != pos && !slices.Contains(also, up.String()) {
 					also = append(also, up.String())
+					ups = append(ups, up)
 				}
+			}
+			if bothForms && len(ups) > 0 {
+				// The list is most likely the extension, written last: report
+				// it there and the keyed form as the other place.
+				last := ups[len(ups)-1]
+				also = append([]string{pos.String()}, also[:len(also)-1]...)
+				pos = last
 			}
 			if len(also) > 0 {
 				msg += " (also set at " + strings.Join(also, ", ") + ")"
@@ -442,6 +465,10 @@ func (c *Catalog) schemaAt(path string) cue.Value {
 		return cue.Value{}
 	}
 	s := c.recipeDef
+	if len(sels) > 2 && sels[1].String() == "roles" && c.roleDef.Exists() {
+		// Either form of roles: below it, one #Role.
+		s, sels = c.roleDef, sels[2:]
+	}
 	for _, sel := range sels[1:] {
 		next := s.LookupPath(cue.MakePath(sel))
 		if !next.Exists() && sel.Type() == cue.IndexLabel {

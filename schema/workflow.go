@@ -61,7 +61,7 @@ func (c *Catalog) checkWorkflow(r *Recipe) List {
 	}
 	var errs List
 	at := func(path, format string, args ...any) {
-		errs = append(errs, &Error{Pos: c.Pos(r.Name, path), Path: "recipes." + r.Name + "." + path, Msg: fmt.Sprintf(format, args...)})
+		errs = append(errs, c.Err(r.Name, path, format, args...))
 	}
 	if _, err := w.Timeout(); err != nil {
 		at("task.workflow.step_timeout", "%v", err)

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"os"
 
 	"github.com/urfave/cli/v2"
@@ -33,13 +34,26 @@ func recipeFlag(required bool) cli.Flag {
 // ./recipes.cue, or the built-in catalog when there is none) with the
 // command's --set flags and the STX_ environment applied.
 func loadCatalog(c *cli.Context, only string) (*schema.Catalog, error) {
-	return engine.Load(c.Args().Slice(), schema.Options{
+	return warned(c)(engine.Load(c.Args().Slice(), schema.Options{
 		Sets:     c.StringSlice("set"),
 		Env:      os.Environ(),
 		EnvAllow: envAllow,
 		Only:     only,
 		Builtin:  stx.Catalog,
-	})
+	}))
+}
+
+// warned returns a function that prints a loaded catalog's warnings on
+// stderr ("warning: $STX_TOP_PP:1:1: ...") and passes the load's results on.
+func warned(c *cli.Context) func(*schema.Catalog, error) (*schema.Catalog, error) {
+	return func(cat *schema.Catalog, err error) (*schema.Catalog, error) {
+		if cat != nil {
+			for _, w := range cat.Warnings {
+				fmt.Fprintf(c.App.ErrWriter, "warning: %s\n", w)
+			}
+		}
+		return cat, err
+	}
 }
 
 // loadRecipe loads the catalog and returns one valid recipe.

@@ -118,8 +118,8 @@ func runRecipe(c *cli.Context) (*schema.Catalog, string, error) {
 	if c.NArg() > 0 {
 		return nil, "", usagef("with --resume and no -a, the recipe is the run's config.cue: give no files")
 	}
-	cat, err := engine.Load([]string{filepath.Join(dir, rundir.ConfigFile)}, schema.Options{
-		Sets: c.StringSlice("set"), Env: os.Environ(), EnvAllow: envAllow})
+	cat, err := warned(c)(engine.Load([]string{filepath.Join(dir, rundir.ConfigFile)}, schema.Options{
+		Sets: c.StringSlice("set"), Env: os.Environ(), EnvAllow: envAllow}))
 	if err != nil {
 		return nil, "", err
 	}
