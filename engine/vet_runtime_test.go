@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strings"
@@ -211,4 +212,37 @@ func offlineIgnores(t *testing.T, r *schema.Recipe) error {
 		t.Fatalf("specialization %s samples on-policy", c.Name)
 	}
 	return nil
+}
+
+// TestMinPartialSolveTasksAccumulates: without dynamic sampling,
+// min_partial_solve_tasks samples more batches until enough tasks are
+// partially solved (docs/ALGORITHMS.md §G step 4), up to max_num_gen_batches.
+func TestMinPartialSolveTasksAccumulates(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs grpo")
+	}
+	sets := []string{"knobs.num_rollout=1", "knobs.rollout_batch_size=2", "knobs.n_samples_per_prompt=4",
+		"knobs.eval_every=0", "knobs.eval_before_train=false", "knobs.save_every=0", "task.validation_size=4",
+		"knobs.dynamic_sampling=false", "knobs.filter_uniform_groups=false"}
+	for _, c := range []struct {
+		extra   []string
+		batches float64
+	}{
+		// 6 partial solves need all 3 batches of 2 tasks (the cap releases them otherwise).
+		{[]string{"knobs.min_partial_solve_tasks=6", "knobs.max_num_gen_batches=3"}, 3},
+		{[]string{"knobs.min_partial_solve_tasks=1", "knobs.max_num_gen_batches=1"}, 1},
+	} {
+		cat := runCatalog(t, "grpo", append(sets, c.extra...)...)
+		res, err := Run(context.Background(), cat, "grpo", RunOptions{RunsDir: t.TempDir(), Quiet: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		recs := trainRecords(metrics(t, res.Dir))
+		if len(recs) == 0 {
+			t.Fatalf("%v: no step trained", c.extra)
+		}
+		if got := num(t, recs[0], "dynamic_sampling/num_gen_batches"); got != c.batches {
+			t.Errorf("%v: %g generation batches, want %g", c.extra, got, c.batches)
+		}
+	}
 }
