@@ -8,6 +8,7 @@ import (
 	"io"
 	"math"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -23,20 +24,27 @@ import (
 // builds its reward and stopped by Reward.Close. stx writes one JSON object
 // per line on its stdin for every completion of a batch,
 //
-//	{"prompt": "...", "completion": "...", "answer": "...", "metadata": <any>,
-//	 "id": "...", "data_source": "..."}
+//	{"request_id": 7, "prompt": "...", "completion": "...", "answer": "...",
+//	 "metadata": <any>, "id": "...", "data_source": "..."}
 //
-// and reads one reply line per request, in the same order, from its stdout:
+// and reads one reply line per request from its stdout, which echoes the
+// request's request_id (a number unique over the command's life; id is the
+// example's own id, shared by the samples of a prompt):
 //
-//	{"reward": 0.5}            or            {"error": "why"}
+//	{"request_id": 7, "reward": 0.5}      or      {"request_id": 7, "error": "why"}
 //
-// Requests are pipelined (all of a batch are written while replies are
-// read), so the command may answer as it reads. Diagnostics go to stderr:
-// stx keeps its last lines for error messages. Each reply must come within
-// timeout seconds; after a timeout or a crash stx restarts the command and
-// sends the unanswered requests again, at most retries times per request.
-// An {"error"} reply or a line that is not a reply ends the run (a protocol
-// fault is not transient).
+// Replies are paired with requests by request_id, so they may come in any
+// order; a line that is not one such JSON object (two values on a line,
+// unknown fields, no request_id), or that answers a request that is not
+// awaiting an answer (a start-up line, a second answer), stops the run
+// naming the command: matching by order would shift every later reward
+// silently. Requests are pipelined (all of a batch are written while
+// replies are read), so the command may answer as it reads. Diagnostics go
+// to stderr: stx keeps its last lines for error messages. Each reply must
+// come within timeout seconds; after a timeout, a crash or a closed stdout
+// stx restarts the command and sends the unanswered requests again (with
+// new request_ids), at most retries times per request. An {"error"} reply
+// or a protocol fault ends the run (they are not transient).
 //
 // http (fn "http"): OpenRLHF's remote reward-model convention. stx POSTs
 // batch_size completions (0: the whole batch) as
@@ -50,6 +58,7 @@ import (
 
 // commandRequest is one line stx writes to a reward command.
 type commandRequest struct {
+	RequestID  uint64          `json:"request_id"`
 	Prompt     string          `json:"prompt"`
 	Completion string          `json:"completion"`
 	Answer     string          `json:"answer"`
@@ -60,8 +69,9 @@ type commandRequest struct {
 
 // commandReply is one line a reward command writes back.
 type commandReply struct {
-	Reward *float64 `json:"reward"`
-	Error  string   `json:"error"`
+	RequestID *uint64  `json:"request_id"`
+	Reward    *float64 `json:"reward"`
+	Error     string   `json:"error"`
 }
 
 // commandScorer runs a reward command (see above).
@@ -72,6 +82,7 @@ type commandScorer struct {
 
 	mu   sync.Mutex
 	proc *lineproc.Proc // nil when not running
+	next uint64         // the next request_id (from 1)
 }
 
 // maxReplyLine bounds one reply line of a reward command.
@@ -88,7 +99,7 @@ func newCommandScorer(term schema.Reward) (BatchScorer, error) {
 	if term.Retries < 0 {
 		return nil, fmt.Errorf("retries %d must be ≥ 0", term.Retries)
 	}
-	s := &commandScorer{argv: term.Command, timeout: timeout, retries: term.Retries}
+	s := &commandScorer{argv: term.Command, timeout: timeout, retries: term.Retries, next: 1}
 	// Start now: a missing program is a configuration error, found before
 	// any rollout.
 	if s.proc, err = s.start(); err != nil {
@@ -134,21 +145,18 @@ func (s *commandScorer) ScoreBatch(completions []string, exs []Example) ([]float
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	out := make([]float64, len(completions))
-	reqs := make([][]byte, len(completions))
+	reqs := make([]commandRequest, len(completions))
 	for i, c := range completions {
 		meta := exs[i].Metadata
 		if len(meta) == 0 {
 			meta = json.RawMessage("null")
 		}
-		b, err := json.Marshal(commandRequest{Prompt: exs[i].Prompt, Completion: c, Answer: exs[i].Answer,
-			Metadata: meta, ID: exs[i].ID, DataSource: exs[i].DataSource})
-		if err != nil {
-			return nil, fmt.Errorf("encode request %d: %w", i, err)
-		}
-		reqs[i] = append(b, '\n')
+		reqs[i] = commandRequest{Prompt: exs[i].Prompt, Completion: c, Answer: exs[i].Answer,
+			Metadata: meta, ID: exs[i].ID, DataSource: exs[i].DataSource}
 	}
-	done, attempt := 0, 0
-	for done < len(reqs) {
+	answered := make([]bool, len(reqs))
+	left, attempt := len(reqs), 0
+	for left > 0 {
 		if s.proc == nil {
 			p, err := s.start()
 			if err != nil {
@@ -156,9 +164,15 @@ func (s *commandScorer) ScoreBatch(completions []string, exs []Example) ([]float
 			}
 			s.proc = p
 		}
-		n, err := s.serve(reqs[done:], out[done:])
+		var pending []int
+		for i, ok := range answered {
+			if !ok {
+				pending = append(pending, i)
+			}
+		}
+		n, err := s.serve(reqs, pending, out, answered)
 		if n > 0 {
-			done, attempt = done+n, 0
+			left, attempt = left-n, 0
 		}
 		if err == nil {
 			continue
@@ -174,67 +188,122 @@ func (s *commandScorer) ScoreBatch(completions []string, exs []Example) ([]float
 			if transient {
 				how = fmt.Sprintf(" (after %d retries)", attempt)
 			}
+			first := slices.Index(answered, false) + 1
 			return nil, fmt.Errorf("command %q, request %d of %d%s: %w%s",
-				s.argv[0], done+1, len(reqs), how, err, stderrNote(tail))
+				s.argv[0], first, len(reqs), how, err, stderrNote(tail))
 		}
 		attempt++ // restart on the next turn
 	}
 	return out, nil
 }
 
-// serve sends reqs and reads their replies into out; it returns how many
-// were answered before an error.
-func (s *commandScorer) serve(reqs [][]byte, out []float64) (int, error) {
+// serve sends the pending requests, each with a new request_id, and reads
+// their replies into out (marking answered) in whatever order they come; it
+// returns how many were answered before an error.
+func (s *commandScorer) serve(reqs []commandRequest, pending []int, out []float64, answered []bool) (int, error) {
 	p := s.proc
+	waiting := make(map[uint64]int, len(pending)) // request_id → index
+	lines := make([][]byte, len(pending))
+	for k, i := range pending {
+		r := reqs[i]
+		r.RequestID = s.next
+		s.next++
+		waiting[r.RequestID] = i
+		b, err := json.Marshal(r)
+		if err != nil {
+			return 0, fmt.Errorf("encode request %d: %w", i+1, err)
+		}
+		lines[k] = append(b, '\n')
+	}
 	go func() {
 		// Write errors show up as a closed stdout on the reading side.
-		for _, r := range reqs {
-			if _, err := p.Write(r); err != nil {
+		for _, l := range lines {
+			if _, err := p.Write(l); err != nil {
 				return
 			}
 		}
 	}()
 	timer := time.NewTimer(s.timeout)
 	defer timer.Stop()
-	for i := range reqs {
+	done := 0
+	for len(waiting) > 0 {
 		timer.Reset(s.timeout)
 		var line []byte
 		for line == nil {
 			select {
 			case l, ok := <-p.Lines():
 				if !ok {
-					<-p.Exited()
-					how := "exited"
-					if err := p.WaitErr(); err != nil {
-						how = err.Error()
-					}
-					return i, errTransient{fmt.Errorf("command stopped before replying (%s)", how)}
+					return done, closedStdout(p, timer)
 				}
 				if l.Err != nil {
-					return i, l.Err
+					return done, l.Err
 				}
 				if len(bytes.TrimSpace(l.Data)) > 0 { // blank lines are not replies
 					line = l.Data
 				}
 			case <-timer.C:
-				return i, errTransient{fmt.Errorf("no reply within %s", s.timeout)}
+				return done, errTransient{fmt.Errorf("no reply within %s", s.timeout)}
 			}
 		}
-		var rep commandReply
-		dec := json.NewDecoder(bytes.NewReader(line))
-		dec.DisallowUnknownFields()
-		if err := dec.Decode(&rep); err != nil {
-			return i, fmt.Errorf("reply %q is not {\"reward\": number} or {\"error\": text}: %v", lineproc.Clip(line, 200), err)
+		rep, err := parseReply(line)
+		if err != nil {
+			return done, err
+		}
+		i, ok := waiting[*rep.RequestID]
+		if !ok {
+			return done, fmt.Errorf("reply %q answers request_id %d, which is not awaiting an answer (an unrequested line, or a second answer)",
+				lineproc.Clip(line, 200), *rep.RequestID)
 		}
 		if rep.Error != "" {
-			return i, fmt.Errorf("command reported: %s", rep.Error)
+			return done, fmt.Errorf("command reported: %s", rep.Error)
 		}
-		if rep.Reward == nil {
-			return i, fmt.Errorf("reply %q has no \"reward\"", lineproc.Clip(line, 200))
-		}
-		out[i] = *rep.Reward
+		delete(waiting, *rep.RequestID)
+		out[i], answered[i] = *rep.Reward, true
+		done++
 	}
-	return len(reqs), nil
+	return done, nil
+}
+
+// parseReply reads one reply line: exactly one JSON object with a
+// request_id and a reward or an error.
+func parseReply(line []byte) (commandReply, error) {
+	var rep commandReply
+	bad := func(why string) error {
+		return fmt.Errorf(`reply %q is not {"request_id": n, "reward": number} or {"request_id": n, "error": text}: %s`, lineproc.Clip(line, 200), why)
+	}
+	dec := json.NewDecoder(bytes.NewReader(line))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&rep); err != nil {
+		return rep, bad(err.Error())
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return rep, bad("the line holds more than one JSON value")
+	}
+	if rep.RequestID == nil {
+		return rep, bad("it has no request_id")
+	}
+	if rep.Reward == nil && rep.Error == "" {
+		return rep, bad(`it has no "reward"`)
+	}
+	return rep, nil
+}
+
+// closedStdout is the error of a command whose stdout ended: it exited, or
+// it closed its stdout and went on running, which would leave stx waiting
+// for ever; it is given until the reply timeout to exit, then killed.
+func closedStdout(p *lineproc.Proc, timer *time.Timer) error {
+	select {
+	case <-p.Exited():
+		how := "exited"
+		if err := p.WaitErr(); err != nil {
+			how = err.Error()
+		}
+		return errTransient{fmt.Errorf("command stopped before replying (%s)", how)}
+	case <-timer.C:
+		p.Kill()
+		<-p.Exited()
+		return errTransient{errors.New("command closed its stdout but kept running (killed)")}
+	}
 }
 
 // Close ends the command: EOF on its stdin, then a kill if it has not

@@ -24,9 +24,20 @@ func TestHelperRewardCommand(t *testing.T) {
 		t.Skip("helper process only")
 	}
 	fmt.Fprintln(os.Stderr, "helper starting in mode", mode)
+	switch mode {
+	case "selftest":
+		// A start-up line nobody asked for: paired by order, it would shift
+		// every later reward by one request.
+		fmt.Println(`{"request_id": 0, "reward": -1}`)
+	case "closed":
+		// Closes its stdout and stays alive: stx must not wait for ever.
+		os.Stdout.Close()
+		time.Sleep(time.Hour)
+	}
 	sc := bufio.NewScanner(os.Stdin)
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
 	n := 0
+	var held []commandRequest // "reverse" answers a batch's requests backwards
 	for sc.Scan() {
 		n++
 		var req commandRequest
@@ -49,20 +60,42 @@ func TestHelperRewardCommand(t *testing.T) {
 			fmt.Println("not json")
 			continue
 		case "error":
-			fmt.Println(`{"error": "cannot grade this"}`)
+			fmt.Printf("{\"request_id\": %d, \"error\": \"cannot grade this\"}\n", req.RequestID)
+			continue
+		case "noid":
+			fmt.Println(`{"reward": 1}`)
+			continue
+		case "twice":
+			fmt.Printf("{\"request_id\": %d, \"reward\": 1}\n{\"request_id\": %d, \"reward\": 1}\n", req.RequestID, req.RequestID)
+			continue
+		case "twovalues":
+			fmt.Printf("{\"request_id\": %d, \"reward\": 1} {\"request_id\": %d, \"reward\": 2}\n", req.RequestID, req.RequestID+1)
+			continue
+		case "reverse":
+			if held = append(held, req); len(held) < 5 {
+				continue
+			}
+			for k := len(held) - 1; k >= 0; k-- {
+				fmt.Printf("{\"request_id\": %d, \"reward\": %g}\n", held[k].RequestID, reward(held[k]))
+			}
+			held = held[:0]
 			continue
 		}
-		// Reward: 1 for the answer, else the completion's length / 10,
-		// plus the metadata's bonus.
-		r := float64(len(req.Completion)) / 10
-		if req.Completion == req.Answer {
-			r = 1
-		}
-		var meta struct{ Bonus float64 }
-		json.Unmarshal(req.Metadata, &meta)
-		fmt.Printf("{\"reward\": %g}\n", r+meta.Bonus)
+		fmt.Printf("{\"request_id\": %d, \"reward\": %g}\n", req.RequestID, reward(req))
 	}
 	os.Exit(0)
+}
+
+// reward is the helper's grade: 1 for the answer, else the completion's
+// length / 10, plus the metadata's bonus.
+func reward(req commandRequest) float64 {
+	r := float64(len(req.Completion)) / 10
+	if req.Completion == req.Answer {
+		r = 1
+	}
+	var meta struct{ Bonus float64 }
+	json.Unmarshal(req.Metadata, &meta)
+	return r + meta.Bonus
 }
 
 func helperCommand(t *testing.T, mode string, timeout float64) schema.Reward {
@@ -85,7 +118,7 @@ func externalBatch() ([]string, []Example) {
 
 func TestCommandReward(t *testing.T) {
 	want := []float64{0.5 * 1, 0.5 * 3, 0.5 * 0.4, 0, 0.5 * 1}
-	for _, mode := range []string{"ok", "crash-once"} {
+	for _, mode := range []string{"ok", "crash-once", "reverse"} {
 		t.Run(mode, func(t *testing.T) {
 			term := helperCommand(t, mode, 20)
 			term.Weight = 0.5
@@ -123,8 +156,13 @@ func TestCommandRewardErrors(t *testing.T) {
 		want    []string
 	}{
 		{"hang", 0.3, []string{"request 1 of 5 (after 2 retries): no reply within 300ms", "hanging on request 1"}},
-		{"garbage", 20, []string{`reply "not json" is not {"reward": number}`, "helper starting in mode garbage"}},
+		{"garbage", 20, []string{`reply "not json" is not {"request_id": n, "reward": number}`, "helper starting in mode garbage"}},
 		{"error", 20, []string{"command reported: cannot grade this"}},
+		{"selftest", 20, []string{`reply "{\"request_id\": 0, \"reward\": -1}" answers request_id 0, which is not awaiting an answer`}},
+		{"twice", 20, []string{"request 2 of 5", "answers request_id 1, which is not awaiting an answer"}},
+		{"twovalues", 20, []string{"the line holds more than one JSON value"}},
+		{"noid", 20, []string{"it has no request_id"}},
+		{"closed", 0.3, []string{"(after 2 retries): command closed its stdout but kept running (killed)"}},
 	} {
 		t.Run(tc.mode, func(t *testing.T) {
 			rw, err := NewReward([]schema.Reward{helperCommand(t, tc.mode, tc.timeout)}, nil)
