@@ -11,7 +11,11 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	goruntime "runtime"
 	"sort"
+	"strconv"
+	"strings"
+	"syscall"
 	"time"
 
 	"stx.dev/stx/engine/tasks"
@@ -193,7 +197,9 @@ func starterDir(ctx context.Context, name string, rec *schema.Recipe, backend *r
 	if _, err := rand.Read(nonce[:]); err != nil {
 		return "", 0, err
 	}
-	tmp := filepath.Join(models, ".tmp-"+filepath.Base(dir)+"-"+hex.EncodeToString(nonce[:]))
+	sweepBuilds(models)
+	// The builder's pid in the name lets a later run sweep what a killed one left.
+	tmp := filepath.Join(models, fmt.Sprintf(".tmp-%s-%d-%s", filepath.Base(dir), os.Getpid(), hex.EncodeToString(nonce[:])))
 	defer os.RemoveAll(tmp)
 	t0 := time.Now()
 	if err := buildStarter(ctx, s, rec, backend.Spec, tmp); err != nil {
@@ -210,6 +216,50 @@ func starterDir(ctx context.Context, name string, rec *schema.Recipe, backend *r
 		return "", 0, fmt.Errorf("cache: %w", err)
 	}
 	return dir, time.Since(t0), nil
+}
+
+// sweepBuilds removes the temporary directories of starting-model builds
+// whose process is gone (killed with -9, or aborted by a second interrupt
+// before its deferred clean-up ran): ".tmp-<entry>-<pid>-<nonce>" and its
+// ".work". A build of a live process is left alone; where liveness cannot be
+// told (no pid in the name, or no signal 0), a day's age decides.
+func sweepBuilds(models string) {
+	entries, err := os.ReadDir(models)
+	if err != nil {
+		return
+	}
+	for _, e := range entries {
+		name := e.Name()
+		if !strings.HasPrefix(name, ".tmp-") {
+			continue
+		}
+		stem := strings.TrimSuffix(name, ".work")
+		parts := strings.Split(stem, "-")
+		dead := false
+		if len(parts) >= 3 {
+			if pid, err := strconv.Atoi(parts[len(parts)-2]); err == nil && pid > 0 && goruntime.GOOS != "windows" {
+				dead = !processAlive(pid)
+			}
+		}
+		if !dead {
+			info, err := e.Info()
+			dead = err == nil && time.Since(info.ModTime()) > 24*time.Hour
+		}
+		if dead {
+			os.RemoveAll(filepath.Join(models, name))
+		}
+	}
+}
+
+// processAlive tells whether pid names a running process (one of another
+// user's counts: signal 0 is then refused with EPERM).
+func processAlive(pid int) bool {
+	p, err := os.FindProcess(pid)
+	if err != nil {
+		return false
+	}
+	err = p.Signal(syscall.Signal(0))
+	return err == nil || errors.Is(err, syscall.EPERM)
 }
 
 // starterPath is the cache directory of starting model name for rec on backend, and the

@@ -3,6 +3,7 @@ package engine
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -115,5 +116,31 @@ func TestStarterBuildIsAtomicAndReproducible(t *testing.T) {
 	}
 	if !bytes.Equal(w1, w2) {
 		t.Errorf("two builds of %s with the same key differ", name)
+	}
+}
+
+// TestSweepBuilds: the temporary directories of a build whose process is
+// gone are removed; a live process's build is kept.
+func TestSweepBuilds(t *testing.T) {
+	dir := t.TempDir()
+	dead := 1 << 30           // above any pid_max: no such process
+	names := map[string]bool{ // name → swept
+		fmt.Sprintf(".tmp-tiny-sft-0123abcd-%d-a1b2c3", dead):             true,
+		fmt.Sprintf(".tmp-tiny-sft-0123abcd-%d-a1b2c3.work", dead):        true,
+		fmt.Sprintf(".tmp-tiny-sft-0123abcd-%d-d4e5f6", os.Getpid()):      false,
+		fmt.Sprintf(".tmp-tiny-sft-0123abcd-%d-d4e5f6.work", os.Getpid()): false,
+		"tiny-sft-0123abcd": false,
+	}
+	for n := range names {
+		if err := os.MkdirAll(filepath.Join(dir, n, "x"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sweepBuilds(dir)
+	for n, swept := range names {
+		_, err := os.Stat(filepath.Join(dir, n))
+		if gone := os.IsNotExist(err); gone != swept {
+			t.Errorf("%s: removed %v, want %v", n, gone, swept)
+		}
 	}
 }

@@ -9,6 +9,8 @@ import (
 	"os/signal"
 	"sync"
 	"syscall"
+
+	"stx.dev/stx/internal/lineproc"
 )
 
 // exitAborted is the exit status after a second interrupt: 128 + SIGINT,
@@ -46,6 +48,9 @@ func stopOnSignals(errw io.Writer) (context.Context, *stopper) {
 			case sig := <-s.ch:
 				if stopping && sig != syscall.SIGPIPE && sig != syscall.SIGHUP {
 					fmt.Fprintf(errw, "stx: %v again: aborting without a checkpoint of this rollout\n", sig)
+					// Reward commands and environments run in process groups of
+					// their own, out of the terminal's reach: take them along.
+					lineproc.KillAll()
 					os.Exit(exitAborted)
 				}
 				if !stopping {

@@ -16,6 +16,7 @@ import (
 	"os"
 	"os/exec"
 	"strings"
+	"sync"
 	"time"
 
 	"stx.dev/stx/internal/tailbuf"
@@ -30,6 +31,25 @@ const stderrKept = 4096
 type Line struct {
 	Data []byte
 	Err  error
+}
+
+// live is the registry of started processes that have not exited: their
+// own process groups keep them from a terminal's Ctrl-C, so an abort must
+// kill them itself (KillAll).
+var live = struct {
+	sync.Mutex
+	procs map[*Proc]struct{}
+}{procs: map[*Proc]struct{}{}}
+
+// KillAll kills every started process that has not exited (and its process
+// group), for an abort that exits without closing them: helper processes
+// must not outlive stx.
+func KillAll() {
+	live.Lock()
+	defer live.Unlock()
+	for p := range live.procs {
+		killTree(p.cmd)
+	}
 }
 
 // Proc is a started process.
@@ -77,8 +97,14 @@ func Start(argv []string, argv0 string, maxLine int) (*Proc, error) {
 		return nil, fmt.Errorf("%q: %w", strings.Join(argv, " "), err)
 	}
 	pw.Close()
+	live.Lock()
+	live.procs[p] = struct{}{}
+	live.Unlock()
 	go func() {
 		p.waitErr = cmd.Wait()
+		live.Lock()
+		delete(live.procs, p)
+		live.Unlock()
 		close(p.exited)
 	}()
 	go readLines(pr, p.lines, maxLine)

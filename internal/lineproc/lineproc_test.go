@@ -105,3 +105,24 @@ func TestStartRefusesEmptyCommand(t *testing.T) {
 		t.Error("empty program started")
 	}
 }
+
+// TestKillAll: an abort kills every helper still running, each in its own
+// process group (here a shell whose child holds the pipes).
+func TestKillAll(t *testing.T) {
+	p, err := Start([]string{"sh", "-c", "sleep 3600; echo never"}, "", 1<<10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	KillAll()
+	select {
+	case <-p.Exited():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the process outlived KillAll")
+	}
+	live.Lock()
+	n := len(live.procs)
+	live.Unlock()
+	if n != 0 {
+		t.Errorf("%d processes still registered after exiting", n)
+	}
+}
