@@ -13,6 +13,7 @@
 package schema
 
 import (
+	"bytes"
 	_ "embed"
 	"errors"
 	"fmt"
@@ -23,6 +24,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"unicode/utf8"
 
 	"cuelang.org/go/cue"
 	"cuelang.org/go/cue/ast"
@@ -458,6 +460,9 @@ func packageOf(dir string, args []string, builtin map[string][]byte) (pkg, schem
 		if rerr != nil {
 			return "", "", List{{Pos: Position{File: relName(dir, f), Line: 1, Col: 1}, Msg: strings.TrimPrefix(rerr.Error(), f+": ")}}
 		}
+		if line, col, msg := encodingProblem(data); msg != "" {
+			return "", "", List{{Pos: Position{File: relName(dir, f), Line: line, Col: col}, Msg: msg}}
+		}
 		builtin[f] = data
 	}
 	first := ""
@@ -479,6 +484,30 @@ func packageOf(dir string, args []string, builtin map[string][]byte) (pkg, schem
 		}
 	}
 	return pkg, schemaDir, nil
+}
+
+// encodingProblem finds what keeps a recipe file from being UTF-8 text:
+// UTF-16 (a byte-order mark, or the NUL bytes of ASCII in UTF-16), or the
+// first invalid byte sequence, with its line and column.
+func encodingProblem(data []byte) (line, col int, msg string) {
+	if bytes.HasPrefix(data, []byte{0xff, 0xfe}) || bytes.HasPrefix(data, []byte{0xfe, 0xff}) ||
+		bytes.IndexByte(data[:min(len(data), 4096)], 0) >= 0 {
+		return 1, 1, "the file is UTF-16 (or binary), not UTF-8 text: save it as UTF-8"
+	}
+	line, col = 1, 1
+	for i := 0; i < len(data); {
+		r, n := utf8.DecodeRune(data[i:])
+		if r == utf8.RuneError && n == 1 {
+			return line, col, fmt.Sprintf("invalid UTF-8 (byte 0x%02x): save the file as UTF-8", data[i])
+		}
+		if r == '\n' {
+			line, col = line+1, 1
+		} else {
+			col += n // CUE's columns count bytes
+		}
+		i += n
+	}
+	return 0, 0, ""
 }
 
 // packageClause reads a file's package name (src: contents, or nil to read

@@ -138,6 +138,12 @@ func (o *override) parse(ctx *cue.Context) error {
 	if err != nil {
 		return fmt.Errorf("%q: %v", raw, err)
 	}
+	switch {
+	case string(b) == "null":
+		return errors.New("null: --set and STX_ variables set a value, they cannot remove one (leave the field out of the recipe)")
+	case bytes.HasPrefix(b, []byte("{")):
+		return fmt.Errorf("%s is a struct: set its fields one by one (%s.FIELD=VALUE); replacing the whole struct would drop the recipe's other values", raw, o.pathString())
+	}
 	o.value = b
 	return nil
 }

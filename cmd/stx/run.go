@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 
 	"github.com/urfave/cli/v2"
 
@@ -56,6 +57,9 @@ Examples:
 			&cli.BoolFlag{Name: "no-watch", Usage: "do not watch the recipe files for edits (no hot reload)"},
 		},
 		Action: func(c *cli.Context) error {
+			if err := checkRunsDir(c.String("runs-dir"), c.String("resume") != ""); err != nil {
+				return err
+			}
 			cat, name, err := runRecipe(c)
 			if err != nil {
 				return err
@@ -78,6 +82,23 @@ Examples:
 			return printResult(c, name, res)
 		},
 	}
+}
+
+// checkRunsDir refuses a runs directory that cannot hold run directories
+// before anything is loaded or built: an empty name, or a path that exists
+// and is not a directory (/dev/zero, a file). With --resume the run's own
+// directory is used.
+func checkRunsDir(dir string, resume bool) error {
+	if resume {
+		return nil
+	}
+	if strings.TrimSpace(dir) == "" {
+		return usagef("--runs-dir is empty: name a directory (default runs)")
+	}
+	if st, err := os.Stat(dir); err == nil && !st.IsDir() {
+		return fmt.Errorf("--runs-dir %s is not a directory", dir)
+	}
+	return nil
 }
 
 // reloadOptions are the files to watch and how to reload them: the files
