@@ -194,6 +194,23 @@ func newRoleSet(roles []*role) *roleSet {
 	return s
 }
 
+// exampleKind is the shape of task examples a role's data kind reads.
+func exampleKind(d specializations.DataKind) (tasks.Kind, bool) {
+	switch d {
+	case specializations.DataRL, specializations.DataImitation:
+		return tasks.KindRL, true
+	case specializations.DataSFT:
+		return tasks.KindSFT, true
+	case specializations.DataPreference:
+		return tasks.KindPreference, true
+	case specializations.DataKTO:
+		return tasks.KindKTO, true
+	case specializations.DataFlow, specializations.DataFlowRL:
+		return tasks.KindFlow, true
+	}
+	return "", false
+}
+
 func newLoop(rec *schema.Recipe, opts RunOptions, from *resumeFrom) (*loop, error) {
 	g, probs := BuildGraph(rec)
 	if len(probs) > 0 {
@@ -223,6 +240,16 @@ func newLoop(rec *schema.Recipe, opts RunOptions, from *resumeFrom) (*loop, erro
 	task, err := tasks.NewFor(rec.Task, k)
 	if err != nil {
 		return nil, fmt.Errorf("task %s: %w", rec.Task.Name, err)
+	}
+	// Every record must fit the data the role trains on: found here, before
+	// any model is built, with the record's file and line, not at the
+	// rollout that first draws it.
+	if tk, ok := exampleKind(kind); ok {
+		for _, exs := range [][]tasks.Example{task.Train(), task.Validation()} {
+			if _, err := tasks.ForKind(exs, tk); err != nil {
+				return nil, fmt.Errorf("task %s: %w", rec.Task.Name, err)
+			}
+		}
 	}
 	l.nTrain = len(task.Train())
 	l.total = l.scheduleSteps(k)
@@ -487,6 +514,11 @@ func (l *loop) open(disk *schema.Recipe) error {
 	}
 	l.res.Dir = l.dir.Path()
 	l.con.printf("stx run %s: %s\n", l.rec.Name, l.backend.Describe())
+	for _, r := range l.roles {
+		if line := r.computeLine(l.backend); line != "" {
+			l.con.printf("%s\n", line)
+		}
+	}
 	l.con.printf("run directory %s\n", l.dir.Path())
 	watch := l.reloads.watch
 	if watch != nil {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"strings"
+	"unicode/utf8"
 
 	"stx.dev/stx/schema"
 )
@@ -211,8 +212,17 @@ func parseFields(rec map[string]any, c columns, source string) (Example, shape, 
 	if ex.ID, err = parseID(rec, c.ID); err != nil {
 		return Example{}, 0, err
 	}
+	ex.idGiven = ex.ID != ""
 	if ex.ID == "" {
 		ex.ID = promptID(ex.Prompt)
+	}
+	// Parquet strings are raw bytes (JSON loaders check theirs before
+	// decoding, which would turn bad bytes into U+FFFD): a prompt with
+	// invalid UTF-8 would be tokenized as something else.
+	for _, f := range []struct{ name, v string }{{c.Prompt, ex.Prompt}, {c.Answer, ex.Answer}, {c.Chosen, ex.Chosen}, {c.Rejected, ex.Rejected}} {
+		if !utf8.ValidString(f.v) {
+			return Example{}, 0, fmt.Errorf("field %q is not valid UTF-8", f.name)
+		}
 	}
 	ex.DataSource = source
 	if v, ok := lookup(rec, c.DataSource); ok {

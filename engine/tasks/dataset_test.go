@@ -29,7 +29,7 @@ func TestLoadJSON(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
-		if !reflect.DeepEqual(got, want) {
+		if !reflect.DeepEqual(bare(got), want) {
 			t.Errorf("%s: got %+v\nwant %+v", name, got, want)
 		}
 	}
@@ -165,7 +165,7 @@ func TestLoadParquet(t *testing.T) {
 		{ID: "10", Prompt: "1+2=", Answer: "3", DataSource: "pq"},
 		{ID: "11", Prompt: "72?", Answer: "#### 72", DataSource: "pq"},
 	}
-	if !reflect.DeepEqual(exs, want) {
+	if !reflect.DeepEqual(bare(exs), want) {
 		t.Errorf("got %+v\nwant %+v", exs, want)
 	}
 	// Messages when the prompt column is absent; an empty list is an error.

@@ -20,13 +20,23 @@ func loadJSONCols(path string, cols columns) ([]Example, shape, error) {
 	if err != nil {
 		return nil, 0, err
 	}
-	data, err := io.ReadAll(f)
+	// A JSON array is read whole (JSONL is read line by line): bounded, so
+	// that a huge or endless file is refused instead of filling memory.
+	data, err := io.ReadAll(io.LimitReader(f, maxJSONBytes+1))
 	f.Close()
 	if err != nil {
 		return nil, 0, fmt.Errorf("read dataset %s: %w", path, err)
 	}
+	if len(data) > maxJSONBytes {
+		return nil, 0, fmt.Errorf("%s: a JSON dataset is read whole, and this one is over %d MiB: convert it to JSONL (one record per line), which is read line by line", path, maxJSONBytes>>20)
+	}
 	data = bytes.TrimPrefix(data, []byte("\xef\xbb\xbf"))
 	lineAt := func(off int64) int { return 1 + bytes.Count(data[:min(int(off), len(data))], []byte("\n")) }
+	if off, b, ok := invalidUTF8(data); ok {
+		line := lineAt(int64(off - 1))
+		col := off - bytes.LastIndexByte(data[:off-1], '\n') - 1
+		return nil, 0, fmt.Errorf("%s:%d:%d: invalid UTF-8 (byte 0x%02x): the file must be UTF-8", path, line, col, b)
+	}
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.UseNumber()
 	tok, err := dec.Token()
@@ -100,6 +110,7 @@ func loadJSONCols(path string, cols columns) ([]Example, shape, error) {
 		if err != nil {
 			return nil, 0, fmt.Errorf("%s:%d: record [%d]: %w", path, at, i, err)
 		}
+		ex.Origin = fmt.Sprintf("%s:%d: record [%d]", path, at, i)
 		if len(exs) == 0 {
 			fileShape, first = s, i
 		} else if s != fileShape {
@@ -118,8 +129,14 @@ func loadJSONCols(path string, cols columns) ([]Example, shape, error) {
 	if len(exs) == 0 {
 		return nil, 0, fmt.Errorf("%s: no records", path)
 	}
+	if err := uniqueIDs(exs); err != nil {
+		return nil, 0, err
+	}
 	return exs, fileShape, nil
 }
+
+// maxJSONBytes bounds a JSON (not JSONL) dataset file, which is read whole.
+const maxJSONBytes = 2 << 30
 
 // skipSpace returns the offset of the first byte at or after off that is
 // neither JSON whitespace nor one of the separators in sep.

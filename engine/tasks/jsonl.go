@@ -9,6 +9,7 @@ import (
 	"io"
 	"math"
 	"slices"
+	"unicode/utf8"
 
 	"stx.dev/stx/schema"
 )
@@ -80,10 +81,14 @@ func loadJSONLCols(path string, cols columns) ([]Example, shape, error) {
 			line = bytes.TrimPrefix(line, []byte("\xef\xbb\xbf")) // UTF-8 BOM
 		}
 		if len(bytes.TrimSpace(line)) > 0 {
+			if col, b, ok := invalidUTF8(line); ok {
+				return nil, 0, fmt.Errorf("%s:%d:%d: invalid UTF-8 (byte 0x%02x): the file must be UTF-8", path, lineNo, col, b)
+			}
 			ex, s, err := parseRecord(line, cols)
 			if err != nil {
 				return nil, 0, fmt.Errorf("%s:%d: %w", path, lineNo, err)
 			}
+			ex.Origin = fmt.Sprintf("%s:%d", path, lineNo)
 			if len(exs) == 0 {
 				fileShape, firstLine = s, lineNo
 			} else if s != fileShape {
@@ -99,7 +104,27 @@ func loadJSONLCols(path string, cols columns) ([]Example, shape, error) {
 	if len(exs) == 0 {
 		return nil, 0, fmt.Errorf("%s: no records", path)
 	}
+	if err := uniqueIDs(exs); err != nil {
+		return nil, 0, err
+	}
 	return exs, fileShape, nil
+}
+
+// invalidUTF8 finds the first byte of b that is not valid UTF-8: its column
+// (bytes, from 1) and value. JSON decoding would replace it with U+FFFD
+// without a word.
+func invalidUTF8(b []byte) (col int, bad byte, found bool) {
+	if utf8.Valid(b) {
+		return 0, 0, false
+	}
+	for i := 0; i < len(b); {
+		r, n := utf8.DecodeRune(b[i:])
+		if r == utf8.RuneError && n == 1 {
+			return i + 1, b[i], true
+		}
+		i += n
+	}
+	return 0, 0, false
 }
 
 // maxLineBytes bounds one JSONL record: a multi-gigabyte file without a

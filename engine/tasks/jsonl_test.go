@@ -54,7 +54,7 @@ func TestLoadJSONLShapes(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if !reflect.DeepEqual(got, tc.want) {
+			if !reflect.DeepEqual(bare(got), tc.want) {
 				t.Errorf("got %+v\nwant %+v", got, tc.want)
 			}
 			if !reflect.DeepEqual(s.kinds(), tc.kinds) {
@@ -196,4 +196,46 @@ func TestJSONLTask(t *testing.T) {
 
 func loadJSONL(path string) ([]Example, shape, error) {
 	return loadJSONLCols(path, newColumns(schema.Columns{}))
+}
+
+// bare drops what a loader records about where each example came from.
+func bare(exs []Example) []Example {
+	out := slices.Clone(exs)
+	for i := range out {
+		if !strings.Contains(out[i].Origin, ".") {
+			panic("example without its origin: " + out[i].ID)
+		}
+		out[i].Origin, out[i].idGiven = "", false
+	}
+	return out
+}
+
+// TestDatasetInputFaults: bad bytes and repeated ids name file and line at
+// load; data unfit for the recipe names the record.
+func TestDatasetInputFaults(t *testing.T) {
+	dir := t.TempDir()
+	for _, tc := range []struct{ name, content, want string }{
+		{"bad.jsonl", "{\"prompt\": \"a\", \"answer\": \"1\"}\n{\"prompt\": \"b\xff\", \"answer\": \"2\"}\n", "bad.jsonl:2:14: invalid UTF-8 (byte 0xff)"},
+		{"bad.json", "[{\"prompt\": \"a\", \"answer\": \"1\"},\n {\"prompt\": \"\xc3\", \"answer\": \"2\"}]", "bad.json:2:14: invalid UTF-8 (byte 0xc3)"},
+		{"dup.jsonl", "{\"id\": 1, \"prompt\": \"a\", \"answer\": \"1\"}\n{\"id\": 2, \"prompt\": \"b\", \"answer\": \"2\"}\n{\"id\": 1, \"prompt\": \"c\", \"answer\": \"3\"}\n", "dup.jsonl:3: id \"1\" repeats the id of "},
+		{"dup.json", "[{\"id\": \"x\", \"prompt\": \"a\", \"answer\": \"1\"}, {\"id\": \"x\", \"prompt\": \"b\", \"answer\": \"2\"}]", "dup.json:1: record [1]: id \"x\" repeats the id of "},
+	} {
+		name := tc.name[strings.IndexByte(tc.name, '.')+1:]
+		_, err := LoadDataset(name, writeFile(t, dir, tc.name, tc.content), schema.Columns{})
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v, want %q", tc.name, err, tc.want)
+		}
+	}
+	// Without id fields, repeated prompts are fine (their ids are one hash).
+	if _, err := LoadDataset("jsonl", writeFile(t, dir, "same.jsonl", "{\"prompt\": \"a\", \"answer\": \"1\"}\n{\"prompt\": \"a\", \"answer\": \"1\"}\n"), schema.Columns{}); err != nil {
+		t.Error(err)
+	}
+	// RL records are no preference pairs: the record is named.
+	exs, err := LoadDataset("jsonl", writeFile(t, dir, "rl.jsonl", "{\"prompt\": \"a\", \"answer\": \"1\"}\n"), schema.Columns{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ForKind(exs, KindPreference); err == nil || !strings.Contains(err.Error(), "rl.jsonl:1: example ") {
+		t.Errorf("ForKind: %v", err)
+	}
 }

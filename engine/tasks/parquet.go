@@ -60,6 +60,7 @@ func loadParquetCols(path string, cols columns) (exs []Example, s shape, err err
 		if perr != nil {
 			return nil, 0, fmt.Errorf("%s: row %d: %w", path, row+1, perr)
 		}
+		ex.Origin = fmt.Sprintf("%s: row %d", path, row+1)
 		if len(exs) == 0 {
 			s, first = rs, row
 		} else if rs != s {
@@ -69,6 +70,9 @@ func loadParquetCols(path string, cols columns) (exs []Example, s shape, err err
 	}
 	if len(exs) == 0 {
 		return nil, 0, fmt.Errorf("%s: no records", path)
+	}
+	if err := uniqueIDs(exs); err != nil {
+		return nil, 0, err
 	}
 	return exs, s, nil
 }

@@ -98,6 +98,37 @@ type Example struct {
 	// Metadata is the record's metadata field as JSON, passed to external
 	// rewards (nil when absent).
 	Metadata json.RawMessage
+	// Origin is where a dataset record was read ("data.jsonl:7",
+	// "data.json:12: record [3]", "data.parquet: row 5"), for errors about it
+	// found after loading; "" for synthetic examples.
+	Origin string
+	// idGiven tells that ID is the record's own id field, not a hash of
+	// its prompt: two records must not share one.
+	idGiven bool
+}
+
+// at prefixes an error about ex with its origin ("data.jsonl:7: ").
+func (ex Example) at() string {
+	if ex.Origin == "" {
+		return ""
+	}
+	return ex.Origin + ": "
+}
+
+// uniqueIDs refuses two records of a dataset file with one id field: group
+// estimators group samples by id, so they would share one group.
+func uniqueIDs(exs []Example) error {
+	seen := map[string]string{}
+	for _, ex := range exs {
+		if !ex.idGiven {
+			continue
+		}
+		if o, dup := seen[ex.ID]; dup {
+			return fmt.Errorf("%sid %q repeats the id of %s: each record needs its own (or no id field: ids are then hashes of the prompts)", ex.at(), ex.ID, o)
+		}
+		seen[ex.ID] = ex.Origin
+	}
+	return nil
 }
 
 // Task is a named dataset with seeded train and validation splits.
@@ -147,29 +178,29 @@ func ForKind(exs []Example, k Kind) ([]Example, error) {
 		switch k {
 		case KindRL:
 			if ex.HasLabel {
-				return nil, fmt.Errorf("example %q: a KTO-labelled completion is not a reference answer for %s", ex.ID, k)
+				return nil, fmt.Errorf("%sexample %q: a KTO-labelled completion is not a reference answer for %s", ex.at(), ex.ID, k)
 			}
 			if ex.Answer == "" {
-				return nil, fmt.Errorf("example %q has no answer for %s", ex.ID, k)
+				return nil, fmt.Errorf("%sexample %q has no answer for %s", ex.at(), ex.ID, k)
 			}
 		case KindSFT:
 			if ex.HasLabel && !ex.Label {
-				return nil, fmt.Errorf("example %q is an undesirable completion, not an %s target", ex.ID, k)
+				return nil, fmt.Errorf("%sexample %q is an undesirable completion, not an %s target", ex.at(), ex.ID, k)
 			}
 			if ex.Answer == "" {
 				ex.Answer = ex.Chosen
 			}
 			if ex.Answer == "" {
-				return nil, fmt.Errorf("example %q has no completion for %s", ex.ID, k)
+				return nil, fmt.Errorf("%sexample %q has no completion for %s", ex.at(), ex.ID, k)
 			}
 		case KindPreference:
 			if ex.Chosen == "" || ex.Rejected == "" {
-				return nil, fmt.Errorf("example %q has no chosen/rejected pair for %s", ex.ID, k)
+				return nil, fmt.Errorf("%sexample %q has no chosen/rejected pair for %s", ex.at(), ex.ID, k)
 			}
 		case KindKTO:
 			if !ex.HasLabel {
 				if ex.Chosen == "" || ex.Rejected == "" {
-					return nil, fmt.Errorf("example %q has neither a KTO label nor a chosen/rejected pair", ex.ID)
+					return nil, fmt.Errorf("%sexample %q has neither a KTO label nor a chosen/rejected pair", ex.at(), ex.ID)
 				}
 				ex.HasLabel = true
 				ex.Label = hash64(ex.ID, ex.Prompt)&1 == 0
@@ -181,7 +212,7 @@ func ForKind(exs []Example, k Kind) ([]Example, error) {
 			}
 		case KindFlow:
 			if len(ex.Point) == 0 {
-				return nil, fmt.Errorf("example %q has no point for %s", ex.ID, k)
+				return nil, fmt.Errorf("%sexample %q has no point for %s", ex.at(), ex.ID, k)
 			}
 		default:
 			return nil, fmt.Errorf("unknown data kind %q (known: %s, %s, %s, %s, %s)",
