@@ -9,6 +9,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"unicode/utf8"
 
 	"stx.dev/stx/runtime/chat"
 	"stx.dev/stx/runtime/tokenizer"
@@ -106,7 +107,10 @@ func ScoreJSONL(r io.Reader, w io.Writer, sc *Scorer, tok tokenizer.Tokenizer, t
 	in := bufio.NewReader(r)
 	line := 0
 	for {
-		raw, err := in.ReadBytes('\n')
+		raw, err := readBoundedLine(in, maxScoreLine)
+		if errors.Is(err, errLongLine) {
+			return sum, &LineError{Line: line + 1, Err: err}
+		}
 		if len(raw) > 0 {
 			line++
 			if trimmed := trimSpace(raw); len(trimmed) > 0 {
@@ -139,6 +143,27 @@ func ScoreJSONL(r io.Reader, w io.Writer, sc *Scorer, tok tokenizer.Tokenizer, t
 	return sum, nil
 }
 
+// maxScoreLine bounds one record of `stx score`: a huge file without a
+// newline is refused instead of read into memory.
+const maxScoreLine = 64 << 20
+
+var errLongLine = fmt.Errorf("record longer than %d MiB", maxScoreLine>>20)
+
+// readBoundedLine reads one line (with its newline) of at most max bytes.
+func readBoundedLine(in *bufio.Reader, max int) ([]byte, error) {
+	var line []byte
+	for {
+		part, err := in.ReadSlice('\n')
+		if len(line)+len(part) > max {
+			return nil, errLongLine
+		}
+		line = append(line, part...)
+		if !errors.Is(err, bufio.ErrBufferFull) {
+			return line, err
+		}
+	}
+}
+
 func trimSpace(b []byte) []byte {
 	for len(b) > 0 && (b[0] == ' ' || b[0] == '\t' || b[0] == '\r' || b[0] == '\n') {
 		b = b[1:]
@@ -150,6 +175,10 @@ func trimSpace(b []byte) []byte {
 }
 
 func parseScoreInput(raw []byte, tok tokenizer.Tokenizer, tmpl *chat.Template) ([]int32, error) {
+	// JSON decoding would turn invalid bytes into U+FFFD and score other text.
+	if !utf8.Valid(raw) {
+		return nil, errors.New("the record is not valid UTF-8")
+	}
 	var in scoreInput
 	if err := json.Unmarshal(raw, &in); err != nil {
 		return nil, fmt.Errorf("not a JSON record: %w", err)

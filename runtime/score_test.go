@@ -68,7 +68,7 @@ func TestScoreJSONL(t *testing.T) {
 	if math.Abs(sum.MeanNLL-math.Log(259)) > 0.5 {
 		t.Errorf("mean NLL %v far from log(259) = %v", sum.MeanNLL, math.Log(259))
 	}
-	for _, bad := range []string{`{"tokens": [1, 9999]}`, `{"text": 3}`, `{}`, `not json`, `{"tokens": []}`} {
+	for _, bad := range []string{`{"tokens": [1, 9999]}`, `{"text": 3}`, `{}`, `not json`, `{"tokens": []}`, "{\"text\": \"a\xffb\"}"} {
 		if _, err := ScoreJSONL(strings.NewReader(bad+"\n"), &bytes.Buffer{}, sc, tok, nil, 2); err == nil || !strings.Contains(err.Error(), "line 1") {
 			t.Errorf("%s: error %v, want one naming line 1", bad, err)
 		}
