@@ -126,7 +126,7 @@ func taskProblems(r *schema.Recipe) []Problem {
 	case "jsonl", "json", "parquet":
 		return nil
 	}
-	task, err := tasks.NewFor(r.Task, r.Knobs)
+	task, err := tasks.Probe(r.Task, r.Knobs)
 	if err != nil {
 		// The split sizes against what the task's knobs can generate: blame
 		// the one the user set.

@@ -14,6 +14,7 @@ package schema
 
 import (
 	"bytes"
+	"cmp"
 	_ "embed"
 	"errors"
 	"fmt"
@@ -72,6 +73,8 @@ type Options struct {
 	// Sources are files held in memory, by path (relative to Dir or
 	// absolute): read instead of the disk, whether or not a file is there.
 	Sources map[string][]byte
+	// maxRecipes replaces the package's bound in tests (0: maxRecipes).
+	maxRecipes int
 }
 
 // Catalog is a loaded, validated set of recipes.
@@ -287,6 +290,11 @@ func Load(args []string, opts Options) (*Catalog, error) {
 	for it.Next() {
 		name := it.Selector().Unquoted()
 		rv := it.Value()
+		if limit := cmp.Or(opts.maxRecipes, maxRecipes); len(c.Names) == limit {
+			errs = append(errs, &Error{Pos: c.Pos(name, ""), Path: "recipes." + name,
+				Msg: fmt.Sprintf("more than %d recipes in one load: CUE keeps every checked recipe in memory (about half a megabyte each); split the files", limit)})
+			break
+		}
 		c.Names = append(c.Names, name)
 		rerrs := c.validate(rv, recipeDef, "recipes."+name)
 		if len(rerrs) > 0 {
@@ -412,6 +420,10 @@ func abs(dir, p string) string {
 	}
 	return filepath.Join(dir, p)
 }
+
+// maxRecipes bounds the recipes of one load, so that memory stays bounded
+// (about 0.5 MB a recipe while CUE holds the evaluated catalog).
+const maxRecipes = 4096
 
 // maxRecipeFile bounds a recipe file: recipes are hand-written text, and a
 // multi-gigabyte file is a mistake to report, not to load.

@@ -2,6 +2,7 @@ package schema
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -126,5 +127,20 @@ func TestSpecialRecipeFiles(t *testing.T) {
 	_, err = Load([]string{"pipe.cue"}, Options{Dir: dir, Enums: testEnums})
 	if err == nil || err.Error() != "pipe.cue:1:1: a named pipe (FIFO), not a regular file" {
 		t.Errorf("FIFO: %v", err)
+	}
+}
+
+// TestTooManyRecipes: a load stops with a clear error past maxRecipes
+// instead of growing without bound.
+func TestTooManyRecipes(t *testing.T) {
+	var b strings.Builder
+	b.WriteString("package x\n")
+	for i := range 12 {
+		fmt.Fprintf(&b, "recipes: r%d: roles: p: specialization: \"sft\"\n", i)
+	}
+	_, err := Load([]string{"r.cue"}, Options{Dir: t.TempDir(), Sources: map[string][]byte{"r.cue": []byte(b.String())},
+		Enums: Enums{Specializations: []string{"sft"}}, maxRecipes: 10})
+	if err == nil || !strings.Contains(err.Error(), "r.cue:12:15: recipes.r10: more than 10 recipes in one load") {
+		t.Fatalf("got %v", err)
 	}
 }

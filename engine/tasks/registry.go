@@ -108,3 +108,33 @@ func NewFor(t schema.Task, k schema.Knobs) (Task, error) {
 	}
 	return task, nil
 }
+
+// Probe checks a synthetic task's configuration as NewFor would and returns
+// it built with one example per split: `stx vet` checks every recipe this
+// way without drawing thousands of prompts for each. The splits' sizes are
+// checked against the distinct prompts the configuration can generate,
+// with NewFor's error.
+func Probe(t schema.Task, k schema.Knobs) (Task, error) {
+	small := t
+	small.TrainSize, small.ValidationSize = 1, 1
+	if t.TrainSize < 0 || t.ValidationSize < 0 {
+		small = t // NewFor's error
+	}
+	task, err := NewFor(small, k)
+	if err != nil {
+		return nil, err
+	}
+	if tt, ok := task.(*textTask); ok {
+		train, val := t.TrainSize, t.ValidationSize
+		if train == 0 {
+			train = DefaultTrainSize
+		}
+		if val == 0 {
+			val = DefaultValidationSize
+		}
+		if uint64(train)+uint64(val) > tt.capacity {
+			return nil, fmt.Errorf("task %q: %w", t.Name, sizeError(tt.name, train, val, tt.capacity))
+		}
+	}
+	return task, nil
+}

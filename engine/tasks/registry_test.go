@@ -2,6 +2,7 @@ package tasks
 
 import (
 	"errors"
+	"fmt"
 	"slices"
 	"strconv"
 	"strings"
@@ -187,5 +188,29 @@ func TestNewForDifficultyKnobs(t *testing.T) {
 	}
 	if _, err := NewFor(schema.Task{Name: "arithmetic"}, schema.Knobs{TaskDigits: 12}); err == nil {
 		t.Error("12 digits accepted")
+	}
+}
+
+// TestProbe: Probe refuses what NewFor refuses, with the same error, and
+// accepts what it accepts.
+func TestProbe(t *testing.T) {
+	for _, tc := range []struct {
+		task schema.Task
+		k    schema.Knobs
+	}{
+		{schema.Task{Name: "arithmetic", TrainSize: 80, ValidationSize: 20}, schema.Knobs{TaskDigits: 1, TaskOps: "+"}},
+		{schema.Task{Name: "arithmetic", TrainSize: 81, ValidationSize: 20}, schema.Knobs{TaskDigits: 1, TaskOps: "+"}},
+		{schema.Task{Name: "arithmetic"}, schema.Knobs{TaskDigits: 1, TaskOps: "+-"}},
+		{schema.Task{Name: "arithmetic"}, schema.Knobs{TaskDigits: 2}},
+		{schema.Task{Name: "sorting", TrainSize: 1000, ValidationSize: 100}, schema.Knobs{}},
+		{schema.Task{Name: "reverse", TrainSize: 1000000, ValidationSize: 1000000}, schema.Knobs{}},
+		{schema.Task{Name: "arithmetic", TrainSize: -1}, schema.Knobs{}},
+		{schema.Task{Name: "mixture2d"}, schema.Knobs{}},
+	} {
+		_, full := NewFor(tc.task, tc.k)
+		_, probe := Probe(tc.task, tc.k)
+		if fmt.Sprint(full) != fmt.Sprint(probe) {
+			t.Errorf("%+v %+v: NewFor says %v, Probe %v", tc.task, tc.k, full, probe)
+		}
 	}
 }

@@ -52,6 +52,7 @@ type textTask struct {
 	name       string
 	train, val []Example
 	reward     schema.Reward
+	capacity   uint64 // distinct prompts the configuration can generate
 }
 
 func (t *textTask) Name() string                 { return t.name }
@@ -254,6 +255,11 @@ func pick(r *rand.Rand, cands []string) string {
 	return cands[r.IntN(len(cands))]
 }
 
+func sizeError(name string, trainSize, valSize int, capacity uint64) error {
+	return fmt.Errorf("%s: train_size %d + validation_size %d exceed the %d distinct prompts of its configuration",
+		name, trainSize, valSize, capacity)
+}
+
 // newRand returns the task's random stream: the seed picks the sequence,
 // the task name a stream of its own, so two tasks with one seed differ.
 func newRand(name string, seed int) *rand.Rand {
@@ -269,8 +275,7 @@ func buildText(name string, gen func(*rand.Rand) problem, capacity uint64, train
 	}
 	want := uint64(trainSize) + uint64(valSize)
 	if want > capacity {
-		return nil, fmt.Errorf("%s: train_size %d + validation_size %d exceed the %d distinct prompts of its configuration",
-			name, trainSize, valSize, capacity)
+		return nil, sizeError(name, trainSize, valSize, capacity)
 	}
 	// The expected number of draws for n distinct items out of c is at
 	// most c·(ln c + 1) (coupon collector); the bound only guards against
@@ -309,5 +314,5 @@ func buildText(name string, gen func(*rand.Rand) problem, capacity uint64, train
 	if err != nil {
 		return nil, err
 	}
-	return &textTask{name: name, train: train, val: val, reward: reward}, nil
+	return &textTask{name: name, train: train, val: val, reward: reward, capacity: capacity}, nil
 }
