@@ -15,6 +15,7 @@ build:
 # GEMM) and without cgo.
 test: fmt-check vet
 	$(GO) test -count=1 ./...
+	cd third_party/ardanlabs-jinja && $(GO) test -count=1 ./...
 	GOMLX_BACKEND=go $(GO) test -count=1 ./runtime/... ./specializations/... ./engine/... ./cmd/...
 	$(MAKE) test-xla
 	$(GO) vet -tags noopenblas ./runtime/...
@@ -55,6 +56,17 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime 200000x ./runtime/safetensors
 	$(GO) test -run '^$$' -fuzz '^FuzzReadFile$$' -fuzztime 6000x ./runtime/safetensors
 	$(GO) test -run '^$$' -fuzz '^FuzzLoadJSONL$$' -fuzztime 6000x ./engine/tasks
+	$(GO) test -run '^$$' -fuzz '^FuzzRender$$' -fuzztime 20000x ./runtime/chat
+
+# vet and fmt-check cover the vendored, patched modules of third_party/ too (./... of the root
+# module skips nested modules).
+vet:
+	$(GO) vet ./...
+	cd third_party/ardanlabs-jinja && $(GO) vet ./...
+
+fmt-check:
+	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
+	if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 
 # demo: the README's first command, on built-in defaults (no downloads, CPU only): SFT of
 # the tiny model on the arithmetic task, then GRPO from the SFT checkpoint. Each run prints

@@ -57,3 +57,7 @@ require (
 	google.golang.org/protobuf v1.36.10 // indirect
 	k8s.io/klog/v2 v2.130.1 // indirect
 )
+
+// A patched copy of github.com/ardanlabs/jinja v1.8.0 with Jinja2 3.1 semantics and render
+// limits for chat templates: third_party/ardanlabs-jinja/PATCHES.md.
+replace github.com/ardanlabs/jinja => ./third_party/ardanlabs-jinja

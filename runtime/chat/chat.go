@@ -10,11 +10,24 @@
 //	text, err := tmpl.Render([]chat.Message{{Role: "user", Content: q}}, true)
 //	ids := tok.Encode(text) // the template spells BOS etc. itself: add no special tokens
 //
-// Templates run on github.com/ardanlabs/jinja, a Jinja engine written for
-// chat templates: Hugging Face's lstrip_blocks/trim_blocks, loop controls,
-// namespace(), raise_exception, strftime_now, Python string methods and a
-// tojson with Python's separators, and ordered dictionaries (tool schemas
-// print with their keys in the order given).
+// Templates render exactly as transformers' apply_chat_template renders them
+// with Python's Jinja2: they run on github.com/ardanlabs/jinja, patched in
+// third_party/ardanlabs-jinja (PATCHES.md) to have Jinja2 3.1's semantics
+// as transformers configures it (ImmutableSandboxedEnvironment with
+// trim_blocks and lstrip_blocks, loop controls, the generation tag, tojson
+// as json.dumps without key sorting, raise_exception, strftime_now), its
+// Undefined (printing or iterating an undefined variable gives nothing;
+// arithmetic, attributes and items of one fail), and failing where Jinja2
+// fails, with the template's line: a template error is an error, never a
+// malformed prompt. scripts/render-chat.py and jinja2_test.go check this
+// against Python's Jinja2. Conversations and tools given as JSON keep their
+// objects' key order, which tojson prints.
+//
+// A template is data from a model download: rendering is bounded
+// (jinja.DefaultLimits: 256 nested macro calls, 10^7 loop iterations,
+// strings and output of 16 MiB, lists of 2^20 items) and fails with an error
+// naming the limit it reached, and the files are read with size bounds,
+// refusing named pipes and devices.
 package chat
 
 import (
@@ -30,8 +43,14 @@ import (
 
 	"github.com/ardanlabs/jinja"
 
+	"stx.dev/stx/internal/plainfile"
 	"stx.dev/stx/runtime/tokenizer"
 )
+
+// MaxTemplateBytes bounds chat_template.jinja (the largest published chat
+// templates are tens of kilobytes); tokenizer_config.json is bounded by
+// tokenizer.MaxConfigBytes.
+const MaxTemplateBytes = 4 << 20
 
 // Message is one turn of a conversation.
 type Message struct {
@@ -48,6 +67,7 @@ type Template struct {
 	Source   string
 	tmpl     *jinja.Template
 	specials map[string]string
+	limits   jinja.Limits
 }
 
 // Load reads the chat template of the model directory dir: the
@@ -55,10 +75,12 @@ type Template struct {
 // {"name", "template"} from which "default" is taken), else the file
 // chat_template.jinja; and bos_token, eos_token, unk_token and pad_token
 // (strings or AddedToken objects with a "content") from tokenizer_config.json.
-// A model without a chat template is an error that says so.
+// A model without a chat template is an error that says so. Both files are
+// read with size bounds (tokenizer.MaxConfigBytes, MaxTemplateBytes), and a
+// named pipe or a device in their place is an error.
 func Load(dir string) (*Template, error) {
 	path := filepath.Join(dir, "tokenizer_config.json")
-	raw, err := os.ReadFile(path)
+	raw, err := plainfile.ReadFile(path, tokenizer.MaxConfigBytes)
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return nil, fmt.Errorf("chat template: %w", err)
 	}
@@ -86,7 +108,7 @@ func Load(dir string) (*Template, error) {
 	}
 	if src == "" {
 		jpath := filepath.Join(dir, "chat_template.jinja")
-		b, err := os.ReadFile(jpath)
+		b, err := plainfile.ReadFile(jpath, MaxTemplateBytes)
 		if errors.Is(err, fs.ErrNotExist) {
 			return nil, fmt.Errorf("chat template: model %s has none (no chat_template in tokenizer_config.json, no chat_template.jinja)", dir)
 		}
@@ -105,14 +127,18 @@ func Load(dir string) (*Template, error) {
 
 // Has says whether the model directory dir has a chat template for Load: a
 // chat_template in tokenizer_config.json or a chat_template.jinja file. It
-// does not check that the template is usable.
+// does not check that the template is usable: a file that Load cannot read
+// (too large, not a regular file) counts as there, so that Load reports it.
 func Has(dir string) bool {
 	if _, err := os.Stat(filepath.Join(dir, "chat_template.jinja")); err == nil {
 		return true
 	}
-	raw, err := os.ReadFile(filepath.Join(dir, "tokenizer_config.json"))
-	if err != nil {
+	raw, err := plainfile.ReadFile(filepath.Join(dir, "tokenizer_config.json"), tokenizer.MaxConfigBytes)
+	if errors.Is(err, fs.ErrNotExist) {
 		return false
+	}
+	if err != nil {
+		return true
 	}
 	var cfg struct {
 		Template json.RawMessage `json:"chat_template"`
@@ -132,7 +158,7 @@ func Parse(src string, specials map[string]string) (t *Template, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("parsing: %w", err)
 	}
-	return &Template{Source: src, tmpl: tmpl, specials: specials}, nil
+	return &Template{Source: src, tmpl: tmpl, specials: specials, limits: jinja.DefaultLimits}, nil
 }
 
 // Render renders messages, ending with the assistant turn's header when
@@ -148,7 +174,9 @@ func (t *Template) Render(messages []Message, addGenerationPrompt bool) (string,
 // anywhere in messages or vars is decoded keeping its objects' key order,
 // which tojson then prints. Map keys are otherwise sorted. As in Hugging
 // Face's apply_chat_template, tools and documents are none unless given.
-// A template's raise_exception is returned as an error.
+// What Jinja2 raises is returned as an error with the template's line
+// (raise_exception's message, an undefined variable used in arithmetic,
+// iterating none, ...), and so is a rendering that reaches a limit.
 func (t *Template) RenderWith(messages any, addGenerationPrompt bool, vars map[string]any) (_ string, err error) {
 	defer recoverError(&err)
 	msgs, err := toValue(messages)
@@ -169,7 +197,7 @@ func (t *Template) RenderWith(messages any, addGenerationPrompt bool, vars map[s
 			return "", fmt.Errorf("chat template: variable %s: %w", k, err)
 		}
 	}
-	out, err := t.tmpl.RenderValues(data)
+	out, err := t.tmpl.RenderLimits(data, t.limits)
 	if err != nil {
 		return "", fmt.Errorf("chat template: %w", err)
 	}

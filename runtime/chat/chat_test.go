@@ -206,19 +206,3 @@ func TestLoadErrors(t *testing.T) {
 		t.Errorf("chat_template.jinja: %q, %v", got, err)
 	}
 }
-
-// FuzzRender feeds arbitrary templates and message text: every outcome is a
-// string or an error, never a panic.
-func FuzzRender(f *testing.F) {
-	f.Add("{% for m in messages %}{{ m.content }}{% endfor %}", "hi")
-	f.Add("{{ messages[1:][::-1] | tojson }}{% set ns = namespace(a=1) %}{{ ns.a }}", "x")
-	f.Add("{% if messages[0].content.strip() %}{{ raise_exception('no') }}{% endif %}", " y ")
-	f.Add("{{ (messages|length) // 0 }}{{ 'a' * 3 }}{{ messages[5].x }}", "")
-	f.Fuzz(func(t *testing.T, src, content string) {
-		tmpl, err := Parse(src, map[string]string{"bos_token": "<s>"})
-		if err != nil {
-			return
-		}
-		_, _ = tmpl.Render([]Message{{"user", content}, {"assistant", content}}, true)
-	})
-}

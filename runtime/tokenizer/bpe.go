@@ -48,6 +48,8 @@ type BPE struct {
 
 	bos, eos, pad int32
 	stops         []int32
+	// cleanUpSpaces is tokenizer_config.json's clean_up_tokenization_spaces.
+	cleanUpSpaces bool
 }
 
 // merge is the result of merging an adjacent pair: its priority and new id.
@@ -418,11 +420,39 @@ func (q *mergeQueue) pop() candidate {
 // decode to their content; otherwise the tokens go through tokenizer.json's
 // decoder (Replace, ByteFallback, Fuse, Strip, Metaspace). The bytes are
 // returned as they are: an incomplete UTF-8 sequence, as at the end of a
-// partial generation, is kept, not replaced by U+FFFD.
-func (t *BPE) Decode(ids []int32) string { return t.decode(ids, true) }
+// partial generation, is kept, not replaced by U+FFFD. Where
+// tokenizer_config.json sets clean_up_tokenization_spaces (Llama 3.x does),
+// the text is then cleaned up as transformers' decode does
+// (CleanUpTokenization).
+func (t *BPE) Decode(ids []int32) string { return t.cleanUp(t.decode(ids, true)) }
 
 // DecodeSpecial is Decode that keeps special tokens (as their text).
-func (t *BPE) DecodeSpecial(ids []int32) string { return t.decode(ids, false) }
+func (t *BPE) DecodeSpecial(ids []int32) string { return t.cleanUp(t.decode(ids, false)) }
+
+func (t *BPE) cleanUp(s string) string {
+	if t.cleanUpSpaces {
+		return CleanUpTokenization(s)
+	}
+	return s
+}
+
+// CleanUpTokenization is transformers' clean_up_tokenization, which its
+// decode applies when clean_up_tokenization_spaces is set: the spaces
+// before punctuation and English contractions that word-level tokenizers
+// left are removed, each replacement made through the whole text in turn,
+// in this order: " ." " ?" " !" " ," then " ' " (to "'"), " n't", " 'm",
+// " 's", " 've", " 're".
+func CleanUpTokenization(s string) string {
+	for _, r := range cleanUps {
+		s = strings.ReplaceAll(s, r[0], r[1])
+	}
+	return s
+}
+
+var cleanUps = [][2]string{
+	{" .", "."}, {" ?", "?"}, {" !", "!"}, {" ,", ","}, {" ' ", "'"},
+	{" n't", "n't"}, {" 'm", "'m"}, {" 's", "'s"}, {" 've", "'ve"}, {" 're", "'re"},
+}
 
 func (t *BPE) decode(ids []int32, skipSpecial bool) string {
 	if !t.byteLevel || !t.plainDecoder {

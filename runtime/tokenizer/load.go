@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -14,6 +13,8 @@ import (
 	"unicode/utf8"
 
 	"golang.org/x/text/unicode/norm"
+
+	"stx.dev/stx/internal/plainfile"
 )
 
 // tokenizerFile is the part of tokenizer.json that encoding and decoding use.
@@ -52,6 +53,16 @@ type modelJSON struct {
 	FuseUnk                 bool              `json:"fuse_unk"`
 }
 
+// Size bounds of the files a model's tokenizer and chat template are read
+// from. They come with a model download: a file past its bound, a named
+// pipe or a device in its place is an error, not a read that blocks or
+// exhausts memory (internal/plainfile). The largest published
+// tokenizer.json files are tens of megabytes, configurations far less.
+const (
+	MaxTokenizerBytes = 512 << 20 // tokenizer.json
+	MaxConfigBytes    = 64 << 20  // tokenizer_config.json, generation_config.json, config.json
+)
+
 // typed reads the "type" of a tokenizer.json component.
 type typed struct {
 	Type string `json:"type"`
@@ -83,7 +94,7 @@ type typed struct {
 // naming it.
 func Load(dir string) (*BPE, error) {
 	path := filepath.Join(dir, "tokenizer.json")
-	raw, err := os.ReadFile(path)
+	raw, err := plainfile.ReadFile(path, MaxTokenizerBytes)
 	if err != nil {
 		return nil, fmt.Errorf("tokenizer: %w", err)
 	}
@@ -467,10 +478,12 @@ func gpt2ByteToRune() [256]rune {
 }
 
 // loadSpecials sets BOS, EOS and PAD from tokenizer_config.json, whose entries
-// are a token's text, an object with its "content", or null. A missing file
-// leaves them at -1; PAD falls back to EOS.
+// are a token's text, an object with its "content", or null, and whether
+// decoding cleans up tokenization spaces (clean_up_tokenization_spaces;
+// absent is false, as in transformers since 4.45). A missing file leaves
+// them at -1; PAD falls back to EOS.
 func (t *BPE) loadSpecials(path string) error {
-	raw, err := os.ReadFile(path)
+	raw, err := plainfile.ReadFile(path, MaxConfigBytes)
 	if errors.Is(err, fs.ErrNotExist) {
 		t.pad = t.eos
 		return nil
@@ -479,12 +492,18 @@ func (t *BPE) loadSpecials(path string) error {
 		return err
 	}
 	var cfg struct {
-		BOS json.RawMessage `json:"bos_token"`
-		EOS json.RawMessage `json:"eos_token"`
-		PAD json.RawMessage `json:"pad_token"`
+		BOS     json.RawMessage `json:"bos_token"`
+		EOS     json.RawMessage `json:"eos_token"`
+		PAD     json.RawMessage `json:"pad_token"`
+		CleanUp json.RawMessage `json:"clean_up_tokenization_spaces"`
 	}
 	if err := json.Unmarshal(raw, &cfg); err != nil {
 		return fmt.Errorf("%s: %w", path, err)
+	}
+	if !isNull(cfg.CleanUp) {
+		if err := json.Unmarshal(cfg.CleanUp, &t.cleanUpSpaces); err != nil {
+			return fmt.Errorf("%s: clean_up_tokenization_spaces is not a boolean", path)
+		}
 	}
 	for _, s := range []struct {
 		key string
@@ -554,7 +573,7 @@ func (t *BPE) loadStops(dir string) error {
 	add(t.eos)
 	for _, name := range []string{"generation_config.json", "config.json"} {
 		path := filepath.Join(dir, name)
-		raw, err := os.ReadFile(path)
+		raw, err := plainfile.ReadFile(path, MaxConfigBytes)
 		if errors.Is(err, fs.ErrNotExist) {
 			continue
 		}

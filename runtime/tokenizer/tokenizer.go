@@ -10,7 +10,9 @@ type Tokenizer interface {
 	// Special tokens written literally in the text are recognised.
 	Encode(text string) []int32
 	// Decode turns ids back into text, skipping special tokens and ids
-	// outside the vocabulary.
+	// outside the vocabulary, as transformers' decode(ids,
+	// skip_special_tokens=True) does (with clean_up_tokenization_spaces
+	// where the tokenizer's configuration sets it).
 	Decode(ids []int32) string
 	// VocabSize is one more than the largest id Encode can return.
 	VocabSize() int
