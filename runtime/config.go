@@ -144,6 +144,16 @@ func (c Config) Validate() error {
 	case c.SlidingWindow < 0:
 		return fmt.Errorf("model config: negative sliding_window %d", c.SlidingWindow)
 	}
+	// Special ids index the embedding and the logits: one outside the
+	// vocabulary would be read out of bounds (or never sampled).
+	for _, s := range []struct {
+		name string
+		id   int
+	}{{"bos_token_id", c.BOS}, {"eos_token_id", c.EOS}, {"pad_token_id", c.PAD}} {
+		if s.id < -1 || s.id >= c.VocabSize {
+			return fmt.Errorf("model config: %s %d is outside the vocabulary (vocab_size %d)", s.name, s.id, c.VocabSize)
+		}
+	}
 	return c.RopeScaling.validate()
 }
 
@@ -362,15 +372,28 @@ func ReadHFConfig(dir string) (Config, error) {
 func tokenID(v any) int {
 	switch e := v.(type) {
 	case float64:
-		return int(e)
+		return specialID(e)
 	case []any:
 		if len(e) > 0 {
 			if f, ok := e[0].(float64); ok {
-				return int(f)
+				return specialID(f)
 			}
 		}
 	}
 	return -1
+}
+
+// specialID maps a config's special token id to an int: a negative one
+// (pad_token_id -1 in some converted configs) means none; a fraction or a
+// value beyond int32 is returned as one Validate refuses.
+func specialID(f float64) int {
+	switch {
+	case f < 0:
+		return -1
+	case f != math.Trunc(f) || f > math.MaxInt32:
+		return math.MaxInt32
+	}
+	return int(f)
 }
 
 // ParseHFConfig maps the contents of a Hugging Face config.json to a Config. Architectures

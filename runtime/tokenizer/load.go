@@ -132,16 +132,22 @@ func build(f *tokenizerFile) (*BPE, error) {
 	t := &BPE{vocab: m.Vocab, ignoreMerges: m.IgnoreMerges, bos: -1, eos: -1, pad: -1, unk: -1, fuseUnk: m.FuseUnk}
 
 	// id → text tables over the vocabulary and the added tokens.
+	// Ids index tables sized by the largest: bounded, so that one huge id
+	// (2147483647) is an error, not an int32 overflow or a multi-gigabyte
+	// allocation. Real vocabularies are dense and far smaller.
 	size := int32(0)
 	for tok, id := range m.Vocab {
-		if id < 0 {
-			return nil, fmt.Errorf("vocab: token %q has negative id %d", tok, id)
+		if id < 0 || id >= maxTokenID {
+			return nil, fmt.Errorf("vocab: token %q has id %d, outside 0…%d", tok, id, maxTokenID-1)
 		}
 		size = max(size, id+1)
 	}
 	for _, a := range f.AddedTokens {
 		if a.ID == nil || *a.ID < 0 || a.Content == "" {
 			return nil, fmt.Errorf("added token %q: missing or negative id, or empty content", a.Content)
+		}
+		if *a.ID >= maxTokenID {
+			return nil, fmt.Errorf("added token %q has id %d, outside 0…%d", a.Content, *a.ID, maxTokenID-1)
 		}
 		size = max(size, *a.ID+1)
 	}
@@ -601,6 +607,10 @@ func (t *BPE) loadStops(dir string) error {
 }
 
 // parseIDs reads null, an id or a list of ids.
+// maxTokenID bounds token ids (16.7 M: about a hundred times the largest
+// vocabularies in use).
+const maxTokenID = 1 << 24
+
 func parseIDs(raw json.RawMessage) ([]int32, error) {
 	if isNull(raw) {
 		return nil, nil

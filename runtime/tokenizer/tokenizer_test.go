@@ -371,6 +371,10 @@ func TestLoadErrors(t *testing.T) {
 		{"unknown merge token", func(m map[string]any) { model(m)["merges"] = []any{"q zz"} }, "", "not in the vocab"},
 		{"bad merge", func(m map[string]any) { model(m)["merges"] = []any{"abc"} }, "", "not two tokens"},
 		{"duplicate id", func(m map[string]any) { model(m)["vocab"].(map[string]any)["dup"] = 5 }, "", "id 5 is given to both"},
+		{"huge vocab id", func(m map[string]any) { model(m)["vocab"].(map[string]any)["big"] = 2147483647 }, "", `token "big" has id 2147483647, outside 0…16777215`},
+		{"huge added id", func(m map[string]any) {
+			m["added_tokens"] = []any{map[string]any{"id": 2147483647, "content": "<big>", "special": true}}
+		}, "", `added token "<big>" has id 2147483647`},
 		{"dropout", func(m map[string]any) { model(m)["dropout"] = 0.1 }, "", "dropout"},
 		{"metaspace replacement", func(m map[string]any) { m["pre_tokenizer"] = map[string]any{"type": "Metaspace"} }, "", `replacement "" is not one character`},
 		{"unigram", func(m map[string]any) { model(m)["type"] = "Unigram" }, "", `model type "Unigram" is not supported`},
