@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io/fs"
 	"maps"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -127,6 +128,11 @@ func (m *Model) setFromTensors(ts map[string]safetensors.Tensor, strict bool) er
 		data, err := t.Float32s()
 		if err != nil {
 			return fmt.Errorf("tensor %q: %w", p.Name, err)
+		}
+		// A NaN or Inf weight would surface as a non-finite loss blamed on
+		// whatever data came first: name the tensor instead.
+		if i := slices.IndexFunc(data, func(v float32) bool { return math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) }); i >= 0 {
+			return fmt.Errorf("tensor %q: element %d is %v: the weights are not finite", p.Name, i, data[i])
 		}
 		if err := m.SetParam(p.Name, data); err != nil {
 			return err

@@ -198,6 +198,18 @@ func TestLoadBadModelDirectories(t *testing.T) {
 			return dir
 		}},
 		{"no weights", "has neither", func(t *testing.T) string { return write(t, string(cfgJSON), nil) }},
+		{"NaN weight", `tensor "model.norm.weight": element 3 is NaN: the weights are not finite`, func(t *testing.T) string {
+			return write(t, string(cfgJSON), edit(func(ts []safetensors.Tensor) []safetensors.Tensor {
+				for i := range ts {
+					if ts[i].Name == "model.norm.weight" {
+						v := make([]float32, ts[i].Shape[0])
+						v[3] = float32(math.NaN())
+						ts[i] = safetensors.FromFloat32(ts[i].Name, ts[i].Shape, v)
+					}
+				}
+				return ts
+			}))
+		}},
 		{"bad config json", "parsing config.json", func(t *testing.T) string { return write(t, "{", good) }},
 		{"inconsistent heads", "not a multiple", func(t *testing.T) string {
 			return write(t, strings.Replace(string(cfgJSON), `"num_key_value_heads": 2`, `"num_key_value_heads": 3`, 1), good)
