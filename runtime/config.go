@@ -9,6 +9,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"stx.dev/stx/internal/plainfile"
 )
 
 // Architectures understood by the loader (the "architectures" field of a Hugging Face
@@ -354,10 +356,14 @@ type hfConfig struct {
 	NRoutedExperts  *int `json:"n_routed_experts,omitempty"`
 }
 
+// maxConfigFile bounds a model's config.json (real ones are a few KB).
+const maxConfigFile = 64 << 20
+
 // ReadHFConfig reads dir/config.json and maps it to a Config.
 func ReadHFConfig(dir string) (Config, error) {
 	path := filepath.Join(dir, "config.json")
-	data, err := os.ReadFile(path)
+	// Bounded, and never a FIFO or a device: a model directory is a download.
+	data, err := plainfile.ReadFile(path, maxConfigFile)
 	if err != nil {
 		return Config{}, fmt.Errorf("reading model config: %w", err)
 	}

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -14,6 +13,7 @@ import (
 	"github.com/gomlx/gomlx/pkg/core/tensors"
 	"github.com/gomlx/gomlx/pkg/ml/context"
 
+	"stx.dev/stx/internal/plainfile"
 	"stx.dev/stx/runtime/safetensors"
 )
 
@@ -153,7 +153,7 @@ type velocityHFConfig struct {
 // LoadWeights replaces m's weights with those of a directory SaveHF wrote for a model of the
 // same config: every tensor with its shape, and no other.
 func (m *VelocityModel) LoadWeights(dir string) error {
-	raw, err := os.ReadFile(filepath.Join(dir, "config.json"))
+	raw, err := plainfile.ReadFile(filepath.Join(dir, "config.json"), maxConfigFile)
 	if err != nil {
 		return fmt.Errorf("loading velocity weights: %w", err)
 	}

@@ -13,6 +13,7 @@ import (
 	"strings"
 
 	"github.com/gomlx/gomlx/pkg/ml/context"
+	"stx.dev/stx/internal/plainfile"
 	"stx.dev/stx/runtime/safetensors"
 )
 
@@ -63,7 +64,7 @@ func LoadModel(dir string) (*Model, error) {
 		return nil, fmt.Errorf("loading model %s: %w", dir, err)
 	}
 	m.source = dir
-	if raw, err := os.ReadFile(filepath.Join(dir, "config.json")); err == nil {
+	if raw, err := plainfile.ReadFile(filepath.Join(dir, "config.json"), maxConfigFile); err == nil {
 		_ = json.Unmarshal(raw, &m.sourceConfig) // already parsed once by ReadHFConfig
 	}
 	return m, nil
