@@ -57,6 +57,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzReadFile$$' -fuzztime 6000x ./runtime/safetensors
 	$(GO) test -run '^$$' -fuzz '^FuzzLoadJSONL$$' -fuzztime 6000x ./engine/tasks
 	$(GO) test -run '^$$' -fuzz '^FuzzRender$$' -fuzztime 20000x ./runtime/chat
+	$(GO) test -run '^$$' -fuzz '^FuzzLoad$$' -fuzztime 20000x ./runtime/tokenizer
 
 # vet and fmt-check cover the vendored, patched modules of third_party/ too (./... of the root
 # module skips nested modules).

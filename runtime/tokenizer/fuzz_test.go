@@ -1,6 +1,9 @@
 package tokenizer
 
 import (
+	"encoding/json"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -44,4 +47,43 @@ func FuzzBPERoundTrip(f *testing.F) {
 
 func containsAdded(s string) bool {
 	return strings.Contains(s, "<|bos|>") || strings.Contains(s, "<|eos|>")
+}
+
+// FuzzLoad feeds arbitrary tokenizer.json files (a model directory is a
+// download) to the loader: any input is an error or a tokenizer that
+// encodes and decodes, never a panic, and bounded in time and memory (the
+// id tables are sized by the file's own tokens).
+// Run longer with: go test -run '^$' -fuzz FuzzLoad -fuzztime 60s ./runtime/tokenizer
+func FuzzLoad(f *testing.F) {
+	seed, err := os.ReadFile(filepath.Join(writeTiny(f, false, tinyConfig), "tokenizer.json"))
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(seed)
+	f.Add([]byte(`{"model": {"type": "BPE", "vocab": {"a": 2147483647}, "merges": []}}`))
+	f.Add([]byte(`{"model": {"type": "BPE", "vocab": {"a": 0}, "merges": []}, "added_tokens": [{"id": 16777215, "content": "x"}]}`))
+	f.Add([]byte(`{"model": {"type": "BPE", "vocab": {}, "merges": [["a", "b"]]}, "pre_tokenizer": {"type": "Split", "pattern": {"Regex": "(a+)+$"}}}`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		if len(data) > 1<<20 {
+			return
+		}
+		var tf tokenizerFile
+		if json.Unmarshal(data, &tf) != nil {
+			return
+		}
+		tok, err := build(&tf)
+		if err != nil {
+			return
+		}
+		if len(tok.tokens) > 2*len(data)+1<<17 {
+			t.Fatalf("%d-byte file made %d-entry id tables", len(data), len(tok.tokens))
+		}
+		ids := tok.Encode("hello world 12")
+		for _, id := range ids {
+			if id < 0 || int(id) >= len(tok.tokens) {
+				t.Fatalf("id %d out of the %d-entry vocabulary", id, len(tok.tokens))
+			}
+		}
+		_ = tok.Decode(ids)
+	})
 }

@@ -135,10 +135,14 @@ func build(f *tokenizerFile) (*BPE, error) {
 	// Ids index tables sized by the largest: bounded, so that one huge id
 	// (2147483647) is an error, not an int32 overflow or a multi-gigabyte
 	// allocation. Real vocabularies are dense and far smaller.
+	// The tables may have gaps (reserved ids), but not many: their size is
+	// bounded by the file's own token count, so a tiny file cannot make
+	// them huge either.
+	limit := int32(min(maxTokenID, 2*(len(m.Vocab)+len(f.AddedTokens))+1<<16))
 	size := int32(0)
 	for tok, id := range m.Vocab {
-		if id < 0 || id >= maxTokenID {
-			return nil, fmt.Errorf("vocab: token %q has id %d, outside 0…%d", tok, id, maxTokenID-1)
+		if id < 0 || id >= limit {
+			return nil, fmt.Errorf("vocab: token %q has id %d, outside 0…%d (ids are dense: the file has %d tokens)", tok, id, limit-1, len(m.Vocab)+len(f.AddedTokens))
 		}
 		size = max(size, id+1)
 	}
@@ -146,8 +150,8 @@ func build(f *tokenizerFile) (*BPE, error) {
 		if a.ID == nil || *a.ID < 0 || a.Content == "" {
 			return nil, fmt.Errorf("added token %q: missing or negative id, or empty content", a.Content)
 		}
-		if *a.ID >= maxTokenID {
-			return nil, fmt.Errorf("added token %q has id %d, outside 0…%d", a.Content, *a.ID, maxTokenID-1)
+		if *a.ID >= limit {
+			return nil, fmt.Errorf("added token %q has id %d, outside 0…%d (ids are dense: the file has %d tokens)", a.Content, *a.ID, limit-1, len(m.Vocab)+len(f.AddedTokens))
 		}
 		size = max(size, *a.ID+1)
 	}

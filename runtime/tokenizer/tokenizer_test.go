@@ -371,7 +371,7 @@ func TestLoadErrors(t *testing.T) {
 		{"unknown merge token", func(m map[string]any) { model(m)["merges"] = []any{"q zz"} }, "", "not in the vocab"},
 		{"bad merge", func(m map[string]any) { model(m)["merges"] = []any{"abc"} }, "", "not two tokens"},
 		{"duplicate id", func(m map[string]any) { model(m)["vocab"].(map[string]any)["dup"] = 5 }, "", "id 5 is given to both"},
-		{"huge vocab id", func(m map[string]any) { model(m)["vocab"].(map[string]any)["big"] = 2147483647 }, "", `token "big" has id 2147483647, outside 0…16777215`},
+		{"huge vocab id", func(m map[string]any) { model(m)["vocab"].(map[string]any)["big"] = 2147483647 }, "", `token "big" has id 2147483647, outside 0…`},
 		{"huge added id", func(m map[string]any) {
 			m["added_tokens"] = []any{map[string]any{"id": 2147483647, "content": "<big>", "special": true}}
 		}, "", `added token "<big>" has id 2147483647`},
