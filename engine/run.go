@@ -32,6 +32,8 @@ type RunOptions struct {
 	Quiet, JSON bool
 	// NoEvalBefore skips the evaluation before training that eval_before_train asks for.
 	NoEvalBefore bool
+	// NoTensorBoard turns off the TensorBoard event files in <run>/tb/ (run_record.go).
+	NoTensorBoard bool
 	// Out receives the console output (nil: discarded).
 	Out io.Writer
 	// Now is the clock naming a new run directory (nil: time.Now).
@@ -161,6 +163,7 @@ type loop struct {
 	// rowAdv are the primary role's per-row advantages of the current
 	// rollout's first pass (rows in generation order), for episodes.jsonl.
 	rowAdv []float64
+	tb     *tbLog // the TensorBoard event files (run_record.go); nil when off
 }
 
 // env is what the loop and its collaborators share: the recipe in force,
@@ -442,6 +445,7 @@ func (l *loop) run(ctx context.Context, disk *schema.Recipe) (res *Result, err e
 		if l.dir == nil {
 			return
 		}
+		l.tb.close()
 		msg := "completed"
 		if err != nil {
 			msg = err.Error()
@@ -473,6 +477,7 @@ func (l *loop) run(ctx context.Context, disk *schema.Recipe) (res *Result, err e
 		if err := l.rollout(id); err != nil {
 			return nil, err
 		}
+		l.tb.flush(id)
 		done = id
 		l.res.Rollouts++
 		l.progress(id, start, begin)
@@ -512,6 +517,7 @@ func (l *loop) open(disk *schema.Recipe) error {
 	if err := l.ckpt.open(); err != nil {
 		return err
 	}
+	l.openTensorBoard()
 	l.res.Dir = l.dir.Path()
 	l.con.printf("stx run %s: %s\n", l.rec.Name, l.backend.Describe())
 	for _, r := range l.roles {

@@ -55,6 +55,7 @@ Examples:
 			&cli.BoolFlag{Name: "json", Usage: "print one JSON object per line (start, each rollout, result)"},
 			&cli.BoolFlag{Name: "no-eval-before", Usage: "skip the evaluation before training"},
 			&cli.BoolFlag{Name: "no-watch", Usage: "do not watch the recipe files for edits (no hot reload)"},
+			&cli.BoolFlag{Name: "tensorboard", Value: true, Usage: "write TensorBoard event files in RUN_DIR/tb/ (--tensorboard=false: none)"},
 		},
 		Action: func(c *cli.Context) error {
 			if err := checkRunsDir(c.String("runs-dir"), c.String("resume") != ""); err != nil {
@@ -73,7 +74,7 @@ Examples:
 			res, err := engine.Run(ctx, cat, name, engine.RunOptions{
 				RunsDir: c.String("runs-dir"), Backend: c.String("backend"), Resume: c.String("resume"),
 				Quiet: c.Bool("quiet"), JSON: c.Bool("json"), NoEvalBefore: c.Bool("no-eval-before"),
-				Out: out, Reload: reloadOptions(c, name),
+				Out: out, Reload: reloadOptions(c, name), NoTensorBoard: !c.Bool("tensorboard"),
 			})
 			if err != nil {
 				return err

@@ -262,12 +262,26 @@ func (d *Dir) LogMetrics(step int, values map[string]float64) error {
 	} else {
 		line = append(line, '}')
 	}
-	return d.metrics.appendLine(line)
+	if err := d.metrics.appendLine(line); err != nil {
+		return err
+	}
+	if m := d.getMirror(); m != nil {
+		m.MirrorMetrics(step, values)
+	}
+	return nil
 }
 
 // LogEpisode appends one episode record (any JSON object; give it a
 // "rollout" field for TruncateEpisodesAfter).
-func (d *Dir) LogEpisode(v any) error { return d.episodes.Append(v) }
+func (d *Dir) LogEpisode(v any) error {
+	if err := d.episodes.Append(v); err != nil {
+		return err
+	}
+	if m := d.getMirror(); m != nil {
+		m.MirrorEpisode(v)
+	}
+	return nil
+}
 
 // TruncateMetricsAfter drops the metrics records whose step is greater
 // than step: on resume from a checkpoint, the steps after it are trained

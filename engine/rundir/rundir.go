@@ -14,6 +14,7 @@
 //	    checkpoints/000042/<role>/{model.safetensors, optimizer.safetensors, state.json}
 //	    checkpoints/000042/COMPLETE   the file list with sizes and CRC-32C checksums
 //	    initial/<role>/   initial weights of frozen roles and references (hard links to the source)
+//	    tb/events.out.tfevents.*  TensorBoard event files, written by the engine through a Mirror
 //
 // Whole files (config.cue, recipe versions, COMPLETE, run.json) are
 // replaced atomically: written to a temporary name, synced and renamed.
@@ -90,6 +91,29 @@ type Dir struct {
 	notes   []string
 	pending map[string]bool // names of checkpoint temp dirs being filled
 	closed  bool
+	mirror  Mirror
+}
+
+// Mirror receives a copy of each metrics and episode record once it is
+// appended to its stream (the engine's TensorBoard files). Its methods run
+// in the caller's goroutine, must not fail the record (a mirror reports
+// its own errors) and may log events, but not metrics or episodes.
+type Mirror interface {
+	MirrorMetrics(step int, values map[string]float64)
+	MirrorEpisode(v any)
+}
+
+// SetMirror makes m receive the records appended from now on (nil: none).
+func (d *Dir) SetMirror(m Mirror) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.mirror = m
+}
+
+func (d *Dir) getMirror() Mirror {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.mirror
 }
 
 // Create makes a new run directory root/<recipe>-<YYYYMMDD-HHMMSS> (now
