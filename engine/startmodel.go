@@ -19,6 +19,8 @@ import (
 	"time"
 
 	"stx.dev/stx/engine/tasks"
+	"stx.dev/stx/hub"
+	"stx.dev/stx/internal/plainfile"
 	"stx.dev/stx/runtime"
 	"stx.dev/stx/schema"
 )
@@ -140,18 +142,33 @@ func (s starter) key(name string, rec *schema.Recipe, backend string) (starterKe
 	// a user's external service) change its weights.
 	key.Task.Workflow = nil
 	key.Task.Reward = nil
-	for _, p := range []string{rec.Task.Path, rec.Task.ValidationPath} {
-		if p == "" {
-			continue
-		}
-		data, err := os.ReadFile(p)
+	files, err := tasks.LocalDataFiles(rec.Task)
+	if err != nil {
+		return key, err
+	}
+	for _, p := range files {
+		sum, err := fileSum(p)
 		if err != nil {
 			return key, fmt.Errorf("task file: %w", err)
 		}
-		sum := sha256.Sum256(data)
-		key.Files = append(key.Files, hex.EncodeToString(sum[:]))
+		key.Files = append(key.Files, sum)
 	}
 	return key, nil
+}
+
+// fileSum is the sha256 of a dataset file, streamed (a dataset may be
+// larger than memory), never from a FIFO or a device.
+func fileSum(path string) (string, error) {
+	f, _, err := plainfile.Open(path)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return "", fmt.Errorf("%s: %w", path, err)
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
 }
 
 // starterDirs resolves every built-in starting model the recipe's roles name (directly or
@@ -340,7 +357,7 @@ func starterRecipe(s starter, rec *schema.Recipe, src string) (string, error) {
 	task.Workflow = nil
 	task.Reward = []schema.Reward{}
 	for _, p := range []*string{&task.Path, &task.ValidationPath} {
-		if *p != "" {
+		if *p != "" && !hub.IsPath(*p) {
 			abs, err := filepath.Abs(*p)
 			if err != nil {
 				return "", err

@@ -3,6 +3,8 @@ package schema
 import (
 	"fmt"
 	"strings"
+
+	"stx.dev/stx/hub"
 )
 
 // check is pass two: cross-field rules within one recipe that CUE cannot
@@ -53,7 +55,7 @@ func (c *Catalog) check(r *Recipe) List {
 		at("knobs.eval_only", "eval_only with eval_before_train false and eval_every 0 would do nothing")
 	}
 	dataset := r.Task.Name == "jsonl" || r.Task.Name == "json" || r.Task.Name == "parquet"
-	if dataset && r.Task.Path == "" {
+	if dataset && r.Task.Path == "" && r.Task.Dataset == "" {
 		at("task.path", "task %q needs a path to a %s file", r.Task.Name, strings.ToUpper(r.Task.Name))
 	}
 	if !dataset && r.Task.Path != "" {
@@ -63,6 +65,69 @@ func (c *Catalog) check(r *Recipe) List {
 		at("task.validation_path", "validation_path is only read by the dataset tasks (task is %q)", r.Task.Name)
 	}
 	errs = append(errs, c.checkWorkflow(r)...)
+	errs = append(errs, c.checkHub(r)...)
+	return errs
+}
+
+// checkHub checks the fields that name Hugging Face Hub models and datasets:
+// a Hub dataset is read from its Parquet files instead of a path, its
+// config/split/revision fields and model.revision go only with a Hub id, and
+// hf:// paths parse.
+func (c *Catalog) checkHub(r *Recipe) List {
+	var errs List
+	at := func(path, format string, args ...any) {
+		errs = append(errs, c.Err(r.Name, path, format, args...))
+	}
+	t := r.Task
+	if t.Dataset != "" {
+		if err := hub.CheckRepoID(t.Dataset); err != nil {
+			at("task.dataset", "%v", err)
+		}
+		if t.Name != "parquet" {
+			at("task.dataset", "a Hub dataset is read from its Parquet files: task name must be \"parquet\" (is %q)", t.Name)
+		}
+		if t.Path != "" {
+			at("task.path", "give either path or dataset, not both")
+		}
+		if t.ValidationPath != "" {
+			at("task.validation_path", "a Hub dataset holds out a split of its own (validation_split_name) or a fraction of the train split (validation_split), not a file")
+		}
+		split := t.Split
+		if split == "" {
+			split = "train"
+		}
+		if t.ValidationSplitName == split {
+			at("task.validation_split_name", "validation_split_name %q is the split trained on", split)
+		}
+	} else {
+		for _, f := range []struct{ name, value string }{
+			{"config", t.Config}, {"split", t.Split}, {"validation_split_name", t.ValidationSplitName}, {"revision", t.Revision},
+		} {
+			if f.value != "" {
+				at("task."+f.name, "%s applies to a Hub dataset: set task.dataset (\"namespace/name\")", f.name)
+			}
+		}
+	}
+	for _, f := range []struct{ name, value string }{{"path", t.Path}, {"validation_path", t.ValidationPath}} {
+		if hub.IsPath(f.value) {
+			if _, err := hub.ParsePath(f.value); err != nil {
+				at("task."+f.name, "%v", err)
+			}
+		}
+	}
+	for i, role := range r.Roles {
+		m := role.Model
+		if strings.HasPrefix(m.Source, "hf://") {
+			at(fmt.Sprintf("roles[%d].model.source", i), "a Hub model is named by its id alone: %q", strings.TrimPrefix(strings.TrimPrefix(m.Source, "hf://"), "models/"))
+		}
+		switch {
+		case m.Revision == "":
+		case m.InitFrom != "":
+			at(fmt.Sprintf("roles[%d].model.revision", i), "revision goes with model.source; init_from copies the initial weights of role %q: set the revision there", m.InitFrom)
+		case !hub.IsRepoID(m.Source):
+			at(fmt.Sprintf("roles[%d].model.revision", i), "revision applies to a Hugging Face Hub model id (\"namespace/name\"), and model.source %q is not one", m.Source)
+		}
+	}
 	return errs
 }
 

@@ -46,6 +46,8 @@ type Model struct {
 	Source   string `json:"source"`
 	InitFrom string `json:"init_from,omitempty"`
 	DType    string `json:"dtype"`
+	// Revision of a Hub model id Source (a branch, tag or commit sha; "" is "main").
+	Revision string `json:"revision,omitempty"`
 	// ActivationCheckpointing recomputes each decoder layer's activations in the backward pass.
 	ActivationCheckpointing bool `json:"activation_checkpointing,omitempty"`
 }
@@ -72,6 +74,16 @@ type Task struct {
 	ValidationSize  int      `json:"validation_size"`
 	Reward          []Reward `json:"reward"`
 	RewardRole      string   `json:"reward_role,omitempty"`
+
+	// Dataset is a Hub dataset id read from its Parquet files instead of Path; Config
+	// ("" is "default"), Split ("" is "train") and ValidationSplitName (a held-out
+	// split) name its files, Revision its commit ("": main, else refs/convert/parquet).
+	Dataset             string `json:"dataset,omitempty"`
+	Config              string `json:"config,omitempty"`
+	Split               string `json:"split,omitempty"`
+	ValidationSplitName string `json:"validation_split_name,omitempty"`
+	Revision            string `json:"revision,omitempty"`
+
 	// Workflow is nil for single-turn tasks.
 	Workflow *Workflow `json:"workflow,omitempty"`
 }

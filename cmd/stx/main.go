@@ -79,6 +79,7 @@ Recipes are CUE data: stx checks them before any tensor is allocated.
 			plotCommand(),
 			runCommand(),
 			envCommand(),
+			pullCommand(),
 		},
 	}
 }

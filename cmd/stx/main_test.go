@@ -68,6 +68,7 @@ func TestScripts(t *testing.T) {
 			return len(xlaplugin.Fetched()) > 0, nil
 		},
 		Cmds: map[string]func(*testscript.TestScript, bool, []string){
+			"hubserve": hubserveCmd, // a fake Hugging Face Hub (pull_test.go)
 			// status N cmd args...: run cmd and require exit status N.
 			"status": func(ts *testscript.TestScript, neg bool, args []string) {
 				if neg || len(args) < 2 {

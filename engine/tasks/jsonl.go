@@ -226,21 +226,27 @@ func newDatasetFactory(name string) Factory {
 func newDatasetTask(name string, t schema.Task, k schema.Knobs) (Task, error) {
 	seed := k.Seed
 	load := datasetLoaders[name]
-	if t.Path == "" {
+	if t.Path == "" && t.Dataset == "" {
 		return nil, fmt.Errorf("the %q task needs a path", name)
 	}
-	cols := newColumns(t.Columns)
-	train, s, err := load(t.Path, cols)
+	// The files: task.path and validation_path, or, for a Hugging Face Hub dataset or an
+	// hf:// path, the files downloaded into the Hugging Face cache (hubdata.go).
+	files, err := dataFiles(t)
 	if err != nil {
 		return nil, err
 	}
-	if t.ValidationPath != "" {
-		val, vs, err := load(t.ValidationPath, cols)
+	cols := newColumns(t.Columns)
+	train, s, err := loadFiles(load, files.train, cols)
+	if err != nil {
+		return nil, err
+	}
+	if len(files.val) > 0 {
+		val, vs, err := loadFiles(load, files.val, cols)
 		if err != nil {
 			return nil, err
 		}
 		if vs != s {
-			return nil, fmt.Errorf("%s is %s but %s is %s", t.ValidationPath, vs, t.Path, s)
+			return nil, fmt.Errorf("%s is %s but %s is %s", files.valName, vs, files.trainName, s)
 		}
 		return &datasetTask{name: name, shape: s, train: train, val: val}, nil
 	}
@@ -260,7 +266,7 @@ func newDatasetTask(name string, t schema.Task, k schema.Knobs) (Task, error) {
 		}
 	}
 	if len(prompts) < 2 {
-		return nil, fmt.Errorf("%s: %d distinct prompt(s): too few to hold out a validation split; give validation_path", t.Path, len(prompts))
+		return nil, fmt.Errorf("%s: %d distinct prompt(s): too few to hold out a validation split; give validation_path", files.trainName, len(prompts))
 	}
 	nVal := min(max(1, int(math.Round(split*float64(len(prompts))))), len(prompts)-1)
 	// The "jsonl" stream name keeps the splits of existing runs.
