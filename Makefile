@@ -58,6 +58,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzLoadJSONL$$' -fuzztime 6000x ./engine/tasks
 	$(GO) test -run '^$$' -fuzz '^FuzzRender$$' -fuzztime 20000x ./runtime/chat
 	$(GO) test -run '^$$' -fuzz '^FuzzLoad$$' -fuzztime 20000x ./runtime/tokenizer
+	$(GO) test -run '^$$' -fuzz '^FuzzMathEqual$$' -fuzztime 3000x ./engine/tasks
 
 # vet and fmt-check cover the vendored, patched modules of third_party/ too (./... of the root
 # module skips nested modules).

@@ -52,17 +52,16 @@ type BatchScorer interface {
 //
 //   - exact_match: 1 when the completion equals the example's Answer after
 //     trimming surrounding whitespace from both, else 0;
-//   - numeric_match: 1 when the final number of the completion is within
-//     tolerance (absolute) of the Answer's, else 0 (also when either has
-//     none). The final number is the marked answer (ExtractAnswer: the
-//     <answer> block, \boxed{…}, the text after GSM8K's "####") when there
-//     is one, else the last number of the text; numbers are decimal,
-//     optionally signed, with thousands separators ("1,234"), a fraction
-//     part, an exponent, or a/b and \frac{a}{b}; U+2212 (−) is a minus;
-//   - math: 1 when the completion's final answer (ExtractAnswer) equals
-//     the Answer's marked answer, or the whole Answer (MathEqual: numbers
-//     by value within tolerance, percentages, LaTeX display noise and
-//     trailing units ignored), else 0;
+//   - numeric_match: 1 when the completion's final answer (ExtractAnswer:
+//     the <answer> block, the last \boxed{…}, an "answer is" phrase, the
+//     text after GSM8K's "####", else the last math or number) read as a
+//     number (constant LaTeX expressions included) is within tolerance
+//     (absolute) of the Answer's, else 0 (also when either has none);
+//   - math: 1 when the completion's final answer equals the Answer's as
+//     Math-Verify judges it (MathEqual: expression trees compared exactly
+//     in rationals, at seeded random points with variables; sets,
+//     intervals, tuples, choices, units, percentages; tolerance on numbers
+//     written with a decimal point), else 0;
 //   - contains: 1 when the completion contains pattern, or the trimmed
 //     Answer when pattern is empty, else 0;
 //   - regex: 1 when pattern (RE2 syntax) matches somewhere, else 0;

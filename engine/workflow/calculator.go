@@ -135,13 +135,18 @@ func evalNumber(s string) (*big.Rat, error) {
 	return v, nil
 }
 
-// formatRat prints an integer as such and other values with up to 6 decimals.
+// formatRat prints an integer as such and other values with up to 6
+// decimals; a value that rounds to zero prints 0, never -0.
 func formatRat(v *big.Rat) string {
 	if v.IsInt() {
 		return v.Num().String()
 	}
 	s := strings.TrimRight(v.FloatString(6), "0")
-	return strings.TrimSuffix(s, ".")
+	s = strings.TrimSuffix(s, ".")
+	if s == "-0" {
+		return "0"
+	}
+	return s
 }
 
 // Expressions are bounded so that a model cannot make the tool slow.
