@@ -123,8 +123,8 @@ func samplingProblems(r *schema.Recipe, g *Graph) []Problem {
 // depend on its files, read by the run).
 func taskProblems(r *schema.Recipe) []Problem {
 	switch r.Task.Name {
-	case "jsonl", "json", "parquet":
-		return nil
+	case "jsonl", "json", "parquet", "":
+		return nil // "": a recipe built in Go, whose task the schema never filled in
 	}
 	task, err := tasks.Probe(r.Task, r.Knobs)
 	if err != nil {
