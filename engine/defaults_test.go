@@ -27,10 +27,12 @@ func onXLA() bool { return runtime.EnvBackendKind() == "xla" }
 // the improvements the catalog's defaults were tuned to give. Measured on the cpu backend (OpenBLAS, 2
 // cores): sft loss 4.18 → 0.43; grpo val accuracy 0.75 → 0.95; dpo preference accuracy
 // 0.59 → 0.96 (means of 10 steps); reward_model 0.58 → 0.99; kto label accuracy
-// 0.51 → 0.91; opd teacher KL 0.94 → 0.68; flow_matching loss 2.85 → 2.00; flow_grpo val
+// 0.51 → 0.91; opd teacher KL 1.11 → 0.37 (three passes over each of 40 rollouts, PPO-clipped;
+// one pass over 100 gave 1.11 → 0.33); flow_matching loss 2.85 → 2.00; flow_grpo val
 // reward −1.12 → −0.24. On XLA's CPU plugin (PJRT 0.115; its own tiny-sft, built on xla, starts
 // grpo lower): sft 4.18 → 0.42; grpo 0.50 → 0.90; dpo 0.60 → 0.975; reward_model 0.58 → 1.00;
-// kto 0.51 → 0.89; opd 0.78 → 0.52; flow_matching 2.85 → 2.00; flow_grpo −1.12 → −0.36.
+// kto 0.51 → 0.89; opd 0.77 → 0.59 (one pass over 100 rollouts: 0.77 → 0.68); flow_matching
+// 2.85 → 2.00; flow_grpo −1.12 → −0.36.
 //
 // The starting models (tiny-sft, tiny-teacher) are built once per test binary into the
 // package's cache (TestMain). On SimpleGo only sft and grpo run again (about 45 s there):
@@ -65,11 +67,12 @@ func TestEveryFamilyLearnsOnItsDefaults(t *testing.T) {
 		{"dpo", atLeast(0.8), "preference accuracy ≥ 0.8 over the last 10 steps", true, true},
 		{"kto", atLeast(0.8), "label accuracy ≥ 0.8 over the last 10 steps", true, false},
 		{"reward_model", atLeast(0.8), "pairwise accuracy ≥ 0.8 over the last 10 steps", true, false},
-		// OPD's fall depends on the starting models and the seed more than the others': with
-		// the seeds 1234, 1, 2, 3 it fell 49, 36, 50, 38 % on one build and 28, 29, 50, 46 % on
-		// another that only rounds its matrix products differently (large ones on OpenBLAS's
-		// thread pool), so 25 % is asked.
-		{"opd", falls(0.25), "the teacher KL falls by 25 %", true, false},
+		// OPD's fall depends on the starting models more than the others' (each seed and each
+		// build that rounds differently trains its own tiny-sft and tiny-teacher): with the
+		// seeds 1234, 1, …, 15 it fell 66, 2, 26, 5, 34, 61, 68, 47, 50, 46, 45, 64, 16, 48, 30,
+		// 37 % (one pass over 100 rollouts, the catalog's earlier default: 70, 7, 35, 18, 42, 43,
+		// 70, 38, 55, 61, 42, 62, 70, 53, 14, 35 %; three unclipped passes diverge on some).
+		{"opd", falls(0.3), "the teacher KL falls by 30 %", true, false},
 		{"flow_matching", falls(0.2), "the loss falls by 20 %", true, true},
 		{"flow_grpo", rises(0.3), "validation reward rises by 0.3", true, true},
 	}

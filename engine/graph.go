@@ -183,6 +183,9 @@ func BuildGraph(r *schema.Recipe) (*Graph, []Problem) {
 		if !n.Contract.Estimator || !n.Role.Trainable {
 			continue
 		}
+		if specializations.UsesPrecomputedAdvantages(specializations.RoleConfig{Role: n.Role, Knobs: r.Knobs}) {
+			continue // its advantages are supplied (OPD's teacher gaps): no estimator runs
+		}
 		est := r.Knobs.EstimatorFor(n.Role.Name)
 		path := "knobs.estimator"
 		if _, ok := r.Knobs.EstimatorMap[n.Role.Name]; ok {

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	"stx.dev/stx/engine/tasks"
@@ -45,6 +46,10 @@ func knobProblems(r *schema.Recipe, g *Graph) []Problem {
 		case !flow && velocity:
 			add(fmt.Sprintf("roles[%d].model.source", roleIndex(r, n.Role.Name, i)), "%q is a velocity model; specialization %s trains a language model", n.Role.Model.Source, n.Contract.Name)
 		}
+	}
+
+	if r.Knobs.UsePrecomputedAdvantage && !slices.ContainsFunc(r.Roles, specializations.PrecomputedAdvantageSource) {
+		add("knobs.use_precomputed_advantage", "no trainable role supplies precomputed advantages (specialization opd does; task.workflow episodes carry none), so the knob would change nothing: remove it")
 	}
 
 	probs = append(probs, samplingProblems(r, g)...)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
@@ -142,6 +143,17 @@ func TestVetReportsRunRefusals(t *testing.T) {
 					t.Fatalf("%d sync_to_rollout roles", n)
 				}
 				return nil
+			},
+		},
+		{
+			name: "precomputed advantages nothing supplies", recipe: "grpo",
+			sets: []string{"knobs.use_precomputed_advantage=true"},
+			path: "knobs.use_precomputed_advantage", msg: "no trainable role supplies precomputed advantages",
+			runs: func(t *testing.T, r *schema.Recipe) error {
+				if slices.ContainsFunc(r.Roles, specializations.PrecomputedAdvantageSource) {
+					t.Fatal("a grpo role supplies advantages")
+				}
+				return nil // the estimator runs either way
 			},
 		},
 		{

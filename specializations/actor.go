@@ -10,6 +10,7 @@ import (
 	"stx.dev/stx/estimators"
 	"stx.dev/stx/rollout"
 	"stx.dev/stx/runtime"
+	"stx.dev/stx/schema"
 	"stx.dev/stx/specializations/loss"
 )
 
@@ -67,22 +68,29 @@ func newActor(cfg RoleConfig) (*actor, error) {
 		return nil, err
 	}
 	b.tempered = true
-	a := &actor{lmBase: b, policy: cfg.Knobs.PolicyLoss,
-		kl: loss.KLConfig{Estimator: loss.KLEstimator(cfg.Knobs.KLEstimator), Grad: loss.GradForm(cfg.Knobs.KLGrad)}}
-	switch a.policy {
-	case "":
-		a.policy = "ppo"
-	case "ppo", "gspo", "cispo", "importance_sampling", "dro", "pg":
-	default:
-		return nil, fmt.Errorf("actor: unknown policy_loss %q", a.policy)
+	a := &actor{lmBase: b, kl: loss.KLConfig{Estimator: loss.KLEstimator(cfg.Knobs.KLEstimator), Grad: loss.GradForm(cfg.Knobs.KLGrad)}}
+	if a.policy, err = policyLossOf("actor", cfg.Knobs); err != nil {
+		return nil, err
 	}
 	if _, err := loss.KLValue(0, 0, a.kl); err != nil {
 		return nil, fmt.Errorf("actor: %w", err)
 	}
-	if err := a.validateClipBounds(); err != nil {
+	if err := validateClipBounds("actor", a.policy, cfg.Knobs); err != nil {
 		return nil, err
 	}
 	return a, nil
+}
+
+// policyLossOf is the knobs' policy_loss ("" is ppo), checked: the policy losses of
+// section C that the actor and opd train with.
+func policyLossOf(who string, k schema.Knobs) (string, error) {
+	switch k.PolicyLoss {
+	case "":
+		return "ppo", nil
+	case "ppo", "gspo", "cispo", "importance_sampling", "dro", "pg":
+		return k.PolicyLoss, nil
+	}
+	return "", fmt.Errorf("%s: unknown policy_loss %q", who, k.PolicyLoss)
 }
 
 // estimatorConfig maps the recipe's knobs to the role's estimator.
@@ -182,7 +190,7 @@ func (a *actor) PrepareBatch(data *rollout.Rollout, opts BatchOptions) ([]map[st
 	if k.UseKLLoss {
 		setScalar(mbs, bKLCoef, k.KLLossCoef)
 	}
-	for key, v := range a.clipBounds() {
+	for key, v := range clipBounds(a.policy, k) {
 		setScalar(mbs, key, v)
 	}
 	return mbs, nil
@@ -190,9 +198,8 @@ func (a *actor) PrepareBatch(data *rollout.Rollout, opts BatchOptions) ([]map[st
 
 // clipBounds are the policy loss's clip bounds as batch inputs, by batch key; the set of
 // keys depends only on policy_loss (a cold knob), so a trainer's batch keys never change.
-func (a *actor) clipBounds() map[string]float64 {
-	k := a.cfg.Knobs
-	switch a.policy {
+func clipBounds(policy string, k schema.Knobs) map[string]float64 {
+	switch policy {
 	case "ppo":
 		return map[string]float64{bClipRatioLow: k.ClipRatioLow, bClipRatioHigh: k.ClipRatioHigh}
 	case "gspo":
@@ -205,33 +212,71 @@ func (a *actor) clipBounds() map[string]float64 {
 }
 
 // validateClipBounds checks the bounds the graph cannot check: they enter it as inputs.
-func (a *actor) validateClipBounds() error {
-	k := a.cfg.Knobs
-	switch a.policy {
+func validateClipBounds(who, policy string, k schema.Knobs) error {
+	switch policy {
 	case "ppo", "gspo":
 		if k.ClipRatioLow < 0 || k.ClipRatioHigh < 0 {
-			return fmt.Errorf("actor: clip_ratio_low %g and clip_ratio_high %g must be >= 0", k.ClipRatioLow, k.ClipRatioHigh)
+			return fmt.Errorf("%s: clip_ratio_low %g and clip_ratio_high %g must be >= 0", who, k.ClipRatioLow, k.ClipRatioHigh)
 		}
-		if a.policy == "gspo" && k.GSPOSeqLogRatioMax <= 0 {
-			return fmt.Errorf("actor: gspo_seq_logratio_max must be > 0, got %g", k.GSPOSeqLogRatioMax)
+		if policy == "gspo" && k.GSPOSeqLogRatioMax <= 0 {
+			return fmt.Errorf("%s: gspo_seq_logratio_max must be > 0, got %g", who, k.GSPOSeqLogRatioMax)
 		}
 	case "cispo":
 		if k.CISPOClipLow < 0 || k.CISPOClipHigh < k.CISPOClipLow {
-			return fmt.Errorf("actor: need 0 <= cispo_clip_low <= cispo_clip_high, got %g, %g", k.CISPOClipLow, k.CISPOClipHigh)
+			return fmt.Errorf("%s: need 0 <= cispo_clip_low <= cispo_clip_high, got %g, %g", who, k.CISPOClipLow, k.CISPOClipHigh)
 		}
 	}
 	return nil
 }
 
 // boundNodes are the clip-bound inputs of batch named by keys, all required.
-func boundNodes(batch Batch, keys ...string) ([]*Node, error) {
+func boundNodes(who string, batch Batch, keys ...string) ([]*Node, error) {
 	nodes := make([]*Node, len(keys))
 	for i, key := range keys {
 		if nodes[i] = batch[key]; nodes[i] == nil {
-			return nil, fmt.Errorf("actor: batch has no %q (clip bounds come from PrepareBatch)", key)
+			return nil, fmt.Errorf("%s: batch has no %q (clip bounds come from PrepareBatch)", who, key)
 		}
 	}
 	return nodes, nil
+}
+
+// policyLoss is the policy loss of section C named by policy over pb, its clip bounds read
+// from batch (clipBounds' inputs), reduced with r.
+func policyLoss(who, policy string, k schema.Knobs, pb loss.PolicyBatch, batch Batch, r loss.Reducer) (loss.Result, error) {
+	// The clip bounds are batch inputs, never the knobs the specialization was built
+	// with: a trainer keeps the loss it compiled, and a hot-reloaded bound must reach it.
+	switch policy {
+	case "ppo":
+		n, err := boundNodes(who, batch, bClipRatioLow, bClipRatioHigh)
+		if err != nil {
+			return loss.Result{}, err
+		}
+		// dual_clip_c stays a constant: turning it on or off changes the graph's shape.
+		cfg := loss.PPOConfig{EpsLowNode: n[0], EpsHighNode: n[1]}
+		if k.DualClipC != nil {
+			cfg.DualClipC = *k.DualClipC
+		}
+		return loss.PPO(pb, cfg, r)
+	case "gspo":
+		n, err := boundNodes(who, batch, bClipRatioLow, bClipRatioHigh, bGSPOSeqLogRatioMax)
+		if err != nil {
+			return loss.Result{}, err
+		}
+		return loss.GSPO(pb, loss.GSPOConfig{EpsLowNode: n[0], EpsHighNode: n[1], SeqLogRatioMaxNode: n[2]}, r)
+	case "cispo":
+		n, err := boundNodes(who, batch, bCISPOClipLow, bCISPOClipHigh)
+		if err != nil {
+			return loss.Result{}, err
+		}
+		return loss.CISPO(pb, loss.CISPOConfig{ClipLowNode: n[0], ClipHighNode: n[1]}, r)
+	case "importance_sampling":
+		return loss.ImportanceSampling(pb, 0, r)
+	case "dro":
+		return loss.DRO(pb, k.DROBeta, r)
+	case "pg":
+		return loss.PolicyGradient(pb, r)
+	}
+	return loss.Result{}, fmt.Errorf("%s: unknown policy_loss %q", who, policy)
 }
 
 // outEntropy is the Output key of the per-token entropy of the policy's next-token
@@ -254,39 +299,7 @@ func (a *actor) ComputeLoss(out Output, batch Batch, r loss.Reducer) (*Node, map
 	lp, mask := out[rollout.KeyLogProbs], batch[bLossMask]
 	pb := loss.PolicyBatch{LogProbs: lp, OldLogProbs: batch[rollout.KeySamplerLogProbs], SamplerLogProbs: batch[rollout.KeySamplerLogProbs],
 		Advantages: batch[rollout.KeyAdvantages], Mask: mask}
-	var pg loss.Result
-	var err error
-	// The clip bounds are batch inputs, never the knobs this specialization was built
-	// with: a trainer keeps the loss it compiled, and a hot-reloaded bound must reach it.
-	var n []*Node
-	switch a.policy {
-	case "ppo":
-		if n, err = boundNodes(batch, bClipRatioLow, bClipRatioHigh); err != nil {
-			return nil, nil, err
-		}
-		// dual_clip_c stays a constant: turning it on or off changes the graph's shape.
-		cfg := loss.PPOConfig{EpsLowNode: n[0], EpsHighNode: n[1]}
-		if k.DualClipC != nil {
-			cfg.DualClipC = *k.DualClipC
-		}
-		pg, err = loss.PPO(pb, cfg, r)
-	case "gspo":
-		if n, err = boundNodes(batch, bClipRatioLow, bClipRatioHigh, bGSPOSeqLogRatioMax); err != nil {
-			return nil, nil, err
-		}
-		pg, err = loss.GSPO(pb, loss.GSPOConfig{EpsLowNode: n[0], EpsHighNode: n[1], SeqLogRatioMaxNode: n[2]}, r)
-	case "cispo":
-		if n, err = boundNodes(batch, bCISPOClipLow, bCISPOClipHigh); err != nil {
-			return nil, nil, err
-		}
-		pg, err = loss.CISPO(pb, loss.CISPOConfig{ClipLowNode: n[0], ClipHighNode: n[1]}, r)
-	case "importance_sampling":
-		pg, err = loss.ImportanceSampling(pb, 0, r)
-	case "dro":
-		pg, err = loss.DRO(pb, k.DROBeta, r)
-	case "pg":
-		pg, err = loss.PolicyGradient(pb, r)
-	}
+	pg, err := policyLoss("actor", a.policy, k, pb, batch, r)
 	if err != nil {
 		return nil, nil, err
 	}

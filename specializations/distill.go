@@ -2,27 +2,38 @@ package specializations
 
 import (
 	"fmt"
+	"sync"
 
 	"github.com/gomlx/gomlx/pkg/core/dtypes"
 	. "github.com/gomlx/gomlx/pkg/core/graph" //nolint:revive // graph-building code reads better unqualified.
 	"github.com/gomlx/gomlx/pkg/core/tensors"
 	"github.com/gomlx/gomlx/pkg/ml/context"
 
+	"stx.dev/stx/estimators"
 	"stx.dev/stx/rollout"
 	"stx.dev/stx/runtime"
+	"stx.dev/stx/schema"
 	"stx.dev/stx/specializations/loss"
 )
 
 func init() {
 	MustRegister(Contract{
-		Name: "opd", Data: DataRL,
+		Name: "opd", Data: DataRL, Estimator: true, TISCap: true,
 		Doc: "on-policy distillation: teacher−student log-prob gaps as precomputed advantages (Agarwal et al., 2024; Lu et al., 2025)",
 		Requires: func(c RoleConfig) []string {
-			return trainOnly(c, lmForward, rollout.KeySamplerLogProbs, rollout.KeyTeacherLogProbs)
+			extra := []string{rollout.KeySamplerLogProbs, rollout.KeyTeacherLogProbs}
+			if !UsesPrecomputedAdvantages(c) {
+				extra = append(extra, rollout.KeyRewards)
+				if estimators.NeedsOf(c.Knobs.EstimatorFor(c.Role.Name)).Values {
+					extra = append(extra, rollout.KeyValues)
+				}
+			}
+			return trainOnly(c, lmForward, extra...)
 		},
 		Produces: func(RoleConfig) []string { return keys(rollout.KeyLogProbs) },
 		New:      func(c RoleConfig) (Specialization, error) { return newOPD(c) },
 	})
+	precomputedSources["opd"] = true
 	MustRegister(Contract{
 		Name: "gkd", Data: DataRL, TeacherBatches: true,
 		Doc:      "GKD: generalized JSD to the teacher's full distribution (Agarwal et al., 2024)",
@@ -55,17 +66,66 @@ func init() {
 	})
 }
 
-// opd is on-policy distillation: the teacher−student log-prob gaps become precomputed
-// per-token advantages A = Σ_j γ^{j−t}·κ(lt_j − ls_j) (on-policy distillation, Agarwal et al., 2024), trained with
-// tinker's importance_sampling loss against the sampler's log-probs and reduced with
-// loss_agg_mode (tinker uses sum). Metric: teacher_kl (Σ mask·(ls − lt) / N).
-type opd struct{ lmBase }
+// precomputedSources are the specializations whose roles compute per-token advantages
+// themselves (ALGORITHMS.md A.8, "precomputed"), which use_precomputed_advantage selects
+// over the estimator; each registers itself next to its contract. stx's workflow protocol
+// carries no step advantages, so a task.workflow adds no source.
+var precomputedSources = map[string]bool{}
+
+// PrecomputedAdvantageSource reports whether role supplies precomputed advantages (A.8): it
+// is trainable and its specialization computes them (opd: the teacher−student log-prob
+// gaps). In a recipe with use_precomputed_advantage and no such role the knob has nothing to
+// select and changes nothing: its estimator roles run their estimator as if it were false.
+func PrecomputedAdvantageSource(role schema.Role) bool {
+	return role.Trainable && precomputedSources[role.Specialization]
+}
+
+// UsesPrecomputedAdvantages reports whether the role trains on the advantages it supplies,
+// with no estimator running (A.8): a PrecomputedAdvantageSource with
+// use_precomputed_advantage. Such a role does not read knobs.estimator, nor the rewards.
+func UsesPrecomputedAdvantages(c RoleConfig) bool {
+	return PrecomputedAdvantageSource(c.Role) && c.Knobs.UsePrecomputedAdvantage
+}
+
+// opd is on-policy distillation (Agarwal et al., 2024; ALGORITHMS.md F.2): the student
+// samples, the teacher scores the same tokens, and the teacher−student log-prob gaps become
+// precomputed per-token advantages A_t = Σ_j γ^{j−t}·κ(lt_j − ls_j) — with
+// use_precomputed_advantage; without it the configured estimator (knobs.estimator, e.g.
+// grpo) turns the task's trajectory rewards into the advantages instead (A.8, rLLM's
+// behaviour: a warning, once, says the gaps were overwritten).
+//
+// The loss is policy_loss (section C) against the rollout policy: ρ = exp(logp − ls), with
+// ls the sampler's log-probs, which are the old_log_probs of every pass over one rollout
+// (the sampler's weights are those the rollout's first pass started from). tinker's OPD
+// trains importance_sampling (C.4, ρ unclipped) for one pass; with num_train_passes > 1 the
+// later passes are off-policy, ρ drifts from 1, and C.4's −ρ·A lets a token whose ratio has
+// grown push it further without bound. The catalog's opd therefore trains ppo (C.1):
+// ℓ = max(−A·ρ, −A·clip(ρ, 1 − clip_ratio_low, 1 + clip_ratio_high)), the trust region of
+// PPO for the passes that reuse a rollout (as slime's OPD, which adds the gaps to PPO's
+// advantages). Where ρ = 1 (the first pass: the weights are the sampler's) C.1 and C.4 have
+// the same value −A and the same gradient −A·∇logp. loss_agg_mode reduces it (tinker: sum).
+// Metric: teacher_kl (Σ mask·(ls − lt) / N), and the loss's ratio statistics.
+type opd struct {
+	lmBase
+	policy string
+	warn   sync.Once // the overwrite warning of ComputeAdvantages, returned once
+}
 
 // newOPD builds the opd specialization.
 func newOPD(cfg RoleConfig) (*opd, error) {
 	b, err := newLMBase("opd", cfg)
+	if err != nil {
+		return nil, err
+	}
 	b.tempered = true
-	return &opd{b}, err
+	s := &opd{lmBase: b}
+	if s.policy, err = policyLossOf("opd", cfg.Knobs); err != nil {
+		return nil, err
+	}
+	if err := validateClipBounds("opd", s.policy, cfg.Knobs); err != nil {
+		return nil, err
+	}
+	return s, nil
 }
 
 // Batch keys of the distillation specializations.
@@ -79,14 +139,13 @@ const (
 	bTeacherIDs    = "teacher_labels" // DAgger: the teacher's token at each target position
 )
 
-// PrepareBatch reads tokens, loss_mask, sampler_log_probs and teacher_log_probs.
-func (s *opd) PrepareBatch(data *rollout.Rollout, opts BatchOptions) ([]map[string]*tensors.Tensor, error) {
-	if mbs, done, err := s.frozenOrChecked(data, opts); done {
-		return mbs, err
-	}
+// gaps are OPD's precomputed per-token advantages of the rows (F.2): loss.OPDAdvantages of
+// the teacher's and the sampler's log-probs over the loss mask, with κ = kl_penalty_coef and
+// γ_kl = kl_discount_factor, narrowed to float32.
+func (s *opd) gaps(teacher, sampler, mask [][]float32) ([][]float32, error) {
 	k := s.cfg.Knobs
-	adv, err := loss.OPDAdvantages(tokToFloat64(data.Tok[rollout.KeyTeacherLogProbs]), tokToFloat64(data.Tok[rollout.KeySamplerLogProbs]),
-		tokToFloat64(data.Mask), nil, loss.OPDConfig{KLCoef: k.KLPenaltyCoef, Discount: k.KLDiscountFactor})
+	adv, err := loss.OPDAdvantages(tokToFloat64(teacher), tokToFloat64(sampler), tokToFloat64(mask), nil,
+		loss.OPDConfig{KLCoef: k.KLPenaltyCoef, Discount: k.KLDiscountFactor})
 	if err != nil {
 		return nil, fmt.Errorf("opd: %w", err)
 	}
@@ -97,24 +156,97 @@ func (s *opd) PrepareBatch(data *rollout.Rollout, opts BatchOptions) ([]map[stri
 			adv32[b][t] = float32(v)
 		}
 	}
-	return s.lmBatches(data, opts, 1, func(mb map[string]*tensors.Tensor, rows []int) error {
+	return adv32, nil
+}
+
+// estimatorConfig maps the recipe's knobs to the estimator of the use_precomputed_advantage:
+// false path (the actor's mapping).
+func (s *opd) estimatorConfig() estimators.Config {
+	k := s.cfg.Knobs
+	c := estimators.Config{Name: k.EstimatorFor(s.cfg.Role.Name), NormByStd: k.NormAdvByStd, Epsilon: k.AdvEpsilon,
+		StdDDOF: k.StdDDOF, Gamma: k.Gamma, Lambda: k.Lambda, Whiten: k.WhitenAdvantages,
+		WhitenEps: estimators.DefaultWhitenEps, UsePrecomputed: k.UsePrecomputedAdvantage}
+	if c.Name == "" {
+		c.Name = "grpo"
+	}
+	return c
+}
+
+// ComputeAdvantages sets data's advantages column (A.8). With use_precomputed_advantage they
+// are OPD's teacher−student gaps, used as they are (no estimator, no normalisation). Without
+// it the configured estimator runs over the rollout's trajectory rewards (groups by GroupID),
+// and the first call warns that the gaps were overwritten; the estimator "precomputed" is the
+// exception, whose supplied advantages are the gaps. data must hold the whole rollout (the
+// engine's call, before mini-batches): group estimators need every row of a group.
+func (s *opd) ComputeAdvantages(data *rollout.Rollout) ([]string, error) {
+	cfg := s.estimatorConfig()
+	if UsesPrecomputedAdvantages(s.cfg) || cfg.Name == estimators.Precomputed {
+		if err := requireKeys("opd", data, []string{rollout.KeyTeacherLogProbs, rollout.KeySamplerLogProbs, rollout.KeyLossMask}); err != nil {
+			return nil, err
+		}
+		gaps, err := s.gaps(data.Tok[rollout.KeyTeacherLogProbs], data.Tok[rollout.KeySamplerLogProbs], data.Mask)
+		if err != nil {
+			return nil, err
+		}
+		if err := data.SetTok(rollout.KeyAdvantages, gaps); err != nil {
+			return nil, fmt.Errorf("opd: %w", err)
+		}
+		if UsesPrecomputedAdvantages(s.cfg) {
+			return nil, nil // A.8: used as they are
+		}
+	}
+	warns, err := estimators.RolloutAdvantages(data, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("opd: %w", err)
+	}
+	if cfg.Name != estimators.Precomputed {
+		s.warn.Do(func() {
+			warns = append(warns, fmt.Sprintf("opd's precomputed advantages (the teacher−student log-prob gaps) are overwritten "+
+				"by estimator %s on the trajectory rewards: use_precomputed_advantage is false", cfg.Name))
+		})
+	}
+	return warns, nil
+}
+
+// PrepareBatch reads tokens, loss_mask, sampler_log_probs, teacher_log_probs and the
+// advantages (through ComputeAdvantages, unless the rollout already holds them), and the
+// policy loss's clip bounds.
+func (s *opd) PrepareBatch(data *rollout.Rollout, opts BatchOptions) ([]map[string]*tensors.Tensor, error) {
+	if mbs, done, err := s.frozenOrChecked(data, opts); done {
+		return mbs, err
+	}
+	if _, ok := data.Tok[rollout.KeyAdvantages]; !ok {
+		data = shallowCopy(data)
+		if _, err := s.ComputeAdvantages(data); err != nil {
+			return nil, err
+		}
+	}
+	mbs, err := s.lmBatches(data, opts, 1, func(mb map[string]*tensors.Tensor, rows []int) error {
 		T := mb[bTokens].Shape().Dimensions[1]
 		mb[rollout.KeySamplerLogProbs] = shiftedTok(data.Tok[rollout.KeySamplerLogProbs], rows, T)
 		mb[rollout.KeyTeacherLogProbs] = shiftedTok(data.Tok[rollout.KeyTeacherLogProbs], rows, T)
-		mb[rollout.KeyAdvantages] = shiftedTok(adv32, rows, T)
+		mb[rollout.KeyAdvantages] = shiftedTok(data.Tok[rollout.KeyAdvantages], rows, T)
 		return nil
 	})
+	if err != nil {
+		return nil, err
+	}
+	for key, v := range clipBounds(s.policy, s.cfg.Knobs) {
+		setScalar(mbs, key, v)
+	}
+	return mbs, nil
 }
 
-// ComputeLoss is importance_sampling on the OPD advantages.
+// ComputeLoss is policy_loss on the advantages, against the rollout policy's log-probs.
 func (s *opd) ComputeLoss(out Output, batch Batch, r loss.Reducer) (*Node, map[string]*Node, error) {
 	mask := batch[bLossMask]
-	res, err := loss.ImportanceSampling(loss.PolicyBatch{LogProbs: out[rollout.KeyLogProbs], SamplerLogProbs: batch[rollout.KeySamplerLogProbs],
-		Advantages: batch[rollout.KeyAdvantages], Mask: mask}, 0, r)
+	sampler := batch[rollout.KeySamplerLogProbs]
+	res, err := policyLoss("opd", s.policy, s.cfg.Knobs, loss.PolicyBatch{LogProbs: out[rollout.KeyLogProbs], OldLogProbs: sampler,
+		SamplerLogProbs: sampler, Advantages: batch[rollout.KeyAdvantages], Mask: mask}, batch, r)
 	if err != nil {
 		return nil, nil, err
 	}
-	gap := Mul(Sub(batch[rollout.KeySamplerLogProbs], batch[rollout.KeyTeacherLogProbs]), mask)
+	gap := Mul(Sub(sampler, batch[rollout.KeyTeacherLogProbs]), mask)
 	n := tokenCount(batch)
 	res.Metrics["teacher_kl"] = Div(ReduceAllSum(gap), Max(n, OnesLike(n)))
 	return res.Loss, res.Metrics, nil

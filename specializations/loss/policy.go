@@ -304,6 +304,10 @@ func CISPO(b PolicyBatch, cfg CISPOConfig, r Reducer) (Result, error) {
 // ℓ = −exp(logp − sampler_logp)·A, no clipping of ρ (the log-ratio is only clamped at
 // ±logRatioClamp, 0 meaning 20, to keep exp finite). tinker's aggregation
 // for it is sum. Aux: token_loss, ratio.
+//
+// It is meant for on-policy data (ρ = 1: REINFORCE). Off-policy — a second pass over a
+// rollout — nothing bounds −ρ·A; PPO with OldLogProbs = SamplerLogProbs is its clipped form,
+// equal to it in value and gradient at ρ = 1 (ALGORITHMS.md C.4, F.2).
 func ImportanceSampling(b PolicyBatch, logRatioClamp float64, r Reducer) (Result, error) {
 	if logRatioClamp == 0 {
 		logRatioClamp = 20
