@@ -46,6 +46,9 @@ func knobProblems(r *schema.Recipe, g *Graph) []Problem {
 		case !flow && velocity:
 			add(fmt.Sprintf("roles[%d].model.source", roleIndex(r, n.Role.Name, i)), "%q is a velocity model; specialization %s trains a language model", n.Role.Model.Source, n.Contract.Name)
 		}
+		if flow && n.Role.Model.DType != "" && n.Role.Model.DType != "float32" {
+			add(fmt.Sprintf("roles[%d].model.dtype", roleIndex(r, n.Role.Name, i)), "%q: %s", n.Role.Model.DType, VelocityDTypeReason)
+		}
 	}
 
 	if r.Knobs.UsePrecomputedAdvantage && !slices.ContainsFunc(r.Roles, specializations.PrecomputedAdvantageSource) {

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -40,6 +41,20 @@ type role struct {
 	// once at the start (see runtime.ReadModelFile) and written into every
 	// checkpoint, so that they do not depend on dir staying there.
 	side map[string][]byte
+}
+
+// VelocityDTypeReason is why a velocity-model role (the flow specializations) refuses a
+// model.dtype other than "float32".
+const VelocityDTypeReason = `the velocity model of the flow specializations (flow_mlp) computes in float32 only: ` +
+	`bfloat16 mixed precision applies to language models; use "float32"`
+
+// computeLine is the start line saying how the role's model computes when its model.dtype is
+// not float32 ("" otherwise).
+func (r *role) computeLine(b *runtime.Backend) string {
+	if r.model == nil {
+		return ""
+	}
+	return runtime.ComputeDTypeLine(r.name(), r.trainable(), b, r.model.ComputeDType)
 }
 
 // trainable reports whether the role takes optimizer steps.
@@ -99,12 +114,21 @@ func openModel(rec *schema.Recipe, i int, saved string, starts map[string]string
 	if saved != "" {
 		src = saved
 	}
+	// A Hugging Face hub id ("Qwen/Qwen2.5-0.5B-Instruct") is read from the shared HF cache,
+	// downloaded into it when missing; a directory or a built-in name stays as it is.
+	if src, err = resolveModelSource(context.Background(), src, roleRevision(rec, i), nil); err != nil {
+		return nil, "", fmt.Errorf("role %q: %w", r.Name, err)
+	}
 	m, err := runtime.OpenModel(src, sourceSeed(rec.Knobs))
 	if err != nil {
 		return nil, "", fmt.Errorf("role %q: model %q: %w (built-in starting models: %s)", r.Name, src, err,
 			strings.Join(StarterNames(), ", "))
 	}
 	m.ActivationCheckpointing = r.Model.ActivationCheckpointing
+	// model.dtype: the compute dtype of its products (mixed precision); the weights stay f32.
+	if m.ComputeDType, err = runtime.ParseComputeDType(r.Model.DType); err != nil {
+		return nil, "", fmt.Errorf("role %q: model.dtype: %w", r.Name, err)
+	}
 	dir := ""
 	if !builtinModel(src) {
 		dir = src
@@ -167,6 +191,7 @@ func buildRoles(b *runtime.Backend, g *Graph, total int, from *resumeFrom, start
 			if err != nil {
 				return nil, fmt.Errorf("role %q: reference: %w", n.Role.Name, err)
 			}
+			ref.ComputeDType = m.ComputeDType // the reference computes as the policy does
 			if r.ref, err = specializations.NewProducer(b, lm, ref); err != nil {
 				return nil, fmt.Errorf("role %q: reference: %w", n.Role.Name, err)
 			}
@@ -203,6 +228,9 @@ func velocityRole(b *runtime.Backend, rec *schema.Recipe, i int, n Node, spec sp
 	cfg, ok := runtime.BuiltinVelocityConfig(n.Role.Model.Source)
 	if !ok {
 		return nil, fmt.Errorf("role %q: a velocity-model role needs model.source \"flow_mlp\", got %q", n.Role.Name, n.Role.Model.Source)
+	}
+	if dt := n.Role.Model.DType; dt != "" && dt != "float32" {
+		return nil, fmt.Errorf("role %q: model.dtype %q: %s", n.Role.Name, dt, VelocityDTypeReason)
 	}
 	m, err := runtime.NewVelocityModel(cfg, sourceSeed(rec.Knobs))
 	if err != nil {

@@ -76,6 +76,15 @@ func TestVetReportsRunRefusals(t *testing.T) {
 			},
 		},
 		{
+			name: "bf16 on a velocity model", recipe: "flow_matching",
+			sets: []string{`roles.velocity.model.dtype="bfloat16"`},
+			path: "roles[0].model.dtype", msg: "computes in float32 only",
+			runs: func(t *testing.T, r *schema.Recipe) error {
+				// velocityRole refuses it (TestMixedPrecisionRefusedForVelocityModels runs it).
+				return errors.New(VelocityDTypeReason)
+			},
+		},
+		{
 			name: "groups that can never be large enough", recipe: "grpo",
 			sets: []string{"knobs.min_trajs_per_group=9"},
 			path: "knobs.min_trajs_per_group", msg: "every group would be dropped",

@@ -73,6 +73,7 @@ func newXLA(spec string) (backends.Backend, *xlaplugin.Plugin, error) {
 		// (the plugin itself reads only its client option).
 		options["cpu_device_count"] = int64(max(1, forcedHostDevices(os.Getenv("XLA_FLAGS"))))
 	}
+	exactLowPrecision()
 	plugin, err := xlaplugin.Load(path)
 	if err != nil {
 		return nil, nil, err
@@ -83,6 +84,29 @@ func newXLA(spec string) (backends.Backend, *xlaplugin.Plugin, error) {
 		return nil, nil, fmt.Errorf("PJRT plugin %s (PJRT %s): %w", path, plugin.Version(), err)
 	}
 	return placingBackend{be}, plugin, nil
+}
+
+// excessPrecisionFlag is the XLA flag that lets XLA's compilers skip roundings to a lower
+// precision (true by default): with it, XLA fuses a bfloat16 product and the conversion of its
+// result to float32 and drops the rounding (measured on the CPU plugin: weight gradients of
+// bfloat16 products came out unrounded), so a model computing in bfloat16 (Model.ComputeDType)
+// would compute other numbers than its sampler and than the cpu backend, unlike PyTorch's
+// autocast. It changes nothing for float32 graphs.
+const excessPrecisionFlag = "--xla_allow_excess_precision"
+
+// exactLowPrecision adds excessPrecisionFlag=false to XLA_FLAGS unless the user set the flag:
+// XLA reads XLA_FLAGS once, when the first plugin is loaded.
+func exactLowPrecision() {
+	_ = os.Setenv("XLA_FLAGS", withExactLowPrecision(os.Getenv("XLA_FLAGS")))
+}
+
+// withExactLowPrecision returns XLA_FLAGS flags with excessPrecisionFlag=false added, unless
+// they set it.
+func withExactLowPrecision(flags string) string {
+	if strings.Contains(flags, excessPrecisionFlag) {
+		return flags
+	}
+	return strings.TrimSpace(flags + " " + excessPrecisionFlag + "=false")
 }
 
 // isCPUPlugin says whether a plugin file is XLA's CPU plugin, by its name: the client option

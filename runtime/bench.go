@@ -227,6 +227,7 @@ func benchTrain(b *Backend, m *Model, sc *Scorer, seqs [][]int32, rng *rand.Rand
 		return err
 	}
 	policy.ActivationCheckpointing = m.ActivationCheckpointing
+	policy.ComputeDType = m.ComputeDType
 	refScorer := sc
 	pad := int32(max(c.PAD, 0))
 	tokens, mask, err := PadTokens(seqs, rows, length, pad)

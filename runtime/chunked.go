@@ -45,6 +45,13 @@ type HeadFn func(logits *Node, inputs []*Node) []*Node
 //
 //	∂/∂h = G·w,   ∂/∂w = Gᵀ·h.
 func ChunkedHead(hidden, w *Node, inputs []*Node, chunkRows int, f HeadFn) []*Node {
+	return chunkedHead(dtypes.InvalidDType, hidden, w, inputs, chunkRows, f)
+}
+
+// chunkedHead is ChunkedHead with the head's products (forward, recomputed, and the two of
+// the gradient) in the compute dtype dt (DotGeneralIn); each chunk's weight gradient is
+// accumulated in float32.
+func chunkedHead(dt dtypes.DType, hidden, w *Node, inputs []*Node, chunkRows int, f HeadFn) []*Node {
 	g := hidden.Graph()
 	dims := hidden.Shape().Dimensions
 	lead := dims[:len(dims)-1]
@@ -67,7 +74,7 @@ func ChunkedHead(hidden, w *Node, inputs []*Node, chunkRows int, f HeadFn) []*No
 		return outs
 	}
 	if chunkRows <= 0 || chunkRows >= n {
-		return shape(f(Linear(h, w), in))
+		return shape(f(LinearIn(dt, h, w), in))
 	}
 	hs, ws := StopGradient(h), StopGradient(w)
 	type span struct{ lo, hi int }
@@ -86,7 +93,7 @@ func ChunkedHead(hidden, w *Node, inputs []*Node, chunkRows int, f HeadFn) []*No
 
 	var parts [][]*Node // [output][chunk]
 	for _, s := range spans {
-		outs := f(Linear(rows(hs, s), ws), chunkInputs(s))
+		outs := f(LinearIn(dt, rows(hs, s), ws), chunkInputs(s))
 		if parts == nil {
 			parts = make([][]*Node, len(outs))
 		}
@@ -97,7 +104,7 @@ func ChunkedHead(hidden, w *Node, inputs []*Node, chunkRows int, f HeadFn) []*No
 	K := len(parts)
 	if K > d || K*n > vocab*d {
 		// No room to route the adjoints (never for a real model): the plain computation.
-		return shape(f(Linear(h, w), in))
+		return shape(f(LinearIn(dt, h, w), in))
 	}
 
 	// The gradients, built once by whichever custom gradient runs first (both receive v).
@@ -109,7 +116,7 @@ func ChunkedHead(hidden, w *Node, inputs []*Node, chunkRows int, f HeadFn) []*No
 		dw = ZerosLike(ws)
 		dhs := make([]*Node, len(spans))
 		for i, s := range spans {
-			z := Linear(rows(hs, s), ws) // [rows, vocab], recomputed
+			z := LinearIn(dt, rows(hs, s), ws) // [rows, vocab], recomputed
 			outs := f(z, chunkInputs(s))
 			var dot *Node
 			for k, o := range outs {
@@ -120,9 +127,9 @@ func ChunkedHead(hidden, w *Node, inputs []*Node, chunkRows int, f HeadFn) []*No
 					dot = Add(dot, t)
 				}
 			}
-			gz := Gradient(dot, z)[0]                                                       // [rows, vocab]
-			dhs[i] = DotGeneralWithAxes(gz, []int{1}, nil, ws, []int{0}, nil)               // G·w
-			dw = Add(dw, DotGeneralWithAxes(gz, []int{0}, nil, rows(hs, s), []int{0}, nil)) // Gᵀ·h
+			gz := Gradient(dot, z)[0]                                                     // [rows, vocab]
+			dhs[i] = DotGeneralIn(dt, gz, []int{1}, nil, ws, []int{0}, nil)               // G·w
+			dw = Add(dw, DotGeneralIn(dt, gz, []int{0}, nil, rows(hs, s), []int{0}, nil)) // Gᵀ·h
 		}
 		dh = Concatenate(dhs, 0)
 	}
@@ -166,7 +173,12 @@ func ChunkedHead(hidden, w *Node, inputs []*Node, chunkRows int, f HeadFn) []*No
 // [...] under the LM head w [vocab, d] applied to hidden [..., d] — over chunks of chunkRows
 // rows, with the chunked gradient of ChunkedHead.
 func ChunkedLogProbs(hidden, w, targets *Node, chunkRows int) *Node {
-	return ChunkedHead(hidden, w, []*Node{targets}, chunkRows, func(z *Node, in []*Node) []*Node {
+	return chunkedLogProbs(dtypes.InvalidDType, hidden, w, targets, chunkRows)
+}
+
+// chunkedLogProbs is ChunkedLogProbs with the head's products in the compute dtype dt.
+func chunkedLogProbs(dt dtypes.DType, hidden, w, targets *Node, chunkRows int) *Node {
+	return chunkedHead(dt, hidden, w, []*Node{targets}, chunkRows, func(z *Node, in []*Node) []*Node {
 		return []*Node{LogProbs(z, in[0])}
 	})[0]
 }
@@ -174,12 +186,18 @@ func ChunkedLogProbs(hidden, w, targets *Node, chunkRows int) *Node {
 // ChunkedLogProbsAndEntropy returns LogProbs and Entropy of Linear(hidden, w) without
 // gradients, over chunks of chunkRows rows (see ChunkedLogProbs): for scoring.
 func ChunkedLogProbsAndEntropy(hidden, w, targets *Node, chunkRows int) (lp, ent *Node) {
+	return chunkedLogProbsAndEntropy(dtypes.InvalidDType, hidden, w, targets, chunkRows)
+}
+
+// chunkedLogProbsAndEntropy is ChunkedLogProbsAndEntropy with the head's products in the
+// compute dtype dt.
+func chunkedLogProbsAndEntropy(dt dtypes.DType, hidden, w, targets *Node, chunkRows int) (lp, ent *Node) {
 	dims := hidden.Shape().Dimensions
 	d := dims[len(dims)-1]
 	n := hidden.Shape().Size() / d
 	hidden, w = StopGradient(hidden), StopGradient(w)
 	if chunkRows <= 0 || chunkRows >= n {
-		logits := Linear(hidden, w)
+		logits := LinearIn(dt, hidden, w)
 		return LogProbs(logits, targets), Entropy(logits)
 	}
 	h := Reshape(hidden, n, d)
@@ -187,7 +205,7 @@ func ChunkedLogProbsAndEntropy(hidden, w, targets *Node, chunkRows int) (lp, ent
 	var lps, ents []*Node
 	for lo := 0; lo < n; lo += chunkRows {
 		hi := min(lo+chunkRows, n)
-		logits := Linear(Slice(h, AxisRange(lo, hi)), w)
+		logits := LinearIn(dt, Slice(h, AxisRange(lo, hi)), w)
 		lps = append(lps, LogProbs(logits, Slice(t, AxisRange(lo, hi))))
 		ents = append(ents, Entropy(logits))
 	}
@@ -200,7 +218,7 @@ func ChunkedLogProbsAndEntropy(hidden, w, targets *Node, chunkRows int) (lp, ent
 // per-row outputs of the logits of hidden [..., hidden] (Forward's output, possibly scaled),
 // with their gradient, never holding the logits of the whole batch.
 func (m *Model) Head(ctx *context.Context, hidden *Node, inputs []*Node, f HeadFn) []*Node {
-	return ChunkedHead(hidden, m.headWeight(ctx, hidden.Graph()), inputs, m.headChunkRows(), f)
+	return chunkedHead(m.computeDType(), hidden, m.headWeight(ctx, hidden.Graph()), inputs, m.headChunkRows(), f)
 }
 
 // headChunkRows is HeadChunkRows, or the chunk size for the model's vocabulary.

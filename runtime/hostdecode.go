@@ -19,7 +19,9 @@ import (
 // kernel at about 1 GFLOP/s and with a copy of every input; a matrix-times-few-vectors loop that
 // streams each weight row once is several times faster.
 // It computes exactly the model of forward (same weights, same RoPE, same masking), in float32,
-// and is checked against the full forward in the tests. It is used for the CPU backends
+// and is checked against the full forward in the tests. For a model computing in bfloat16
+// (Model.ComputeDType) it computes what the graph's bfloat16 products do (see bf16): every
+// product's operands rounded to bfloat16, float32 sums, the result rounded to bfloat16. It is used for the CPU backends
 // (SimpleGo and stx's cpu backend, where a decode step as a graph would pay a graph launch and
 // a cache upload per token): on an accelerator the graph decode stays on the device.
 type hostDecoder struct {
@@ -31,6 +33,16 @@ type hostDecoder struct {
 	workers int
 	// transposed says that the projections are stored [in, out] for OpenBLAS (see hostLayer).
 	transposed bool
+	// bf16 mirrors a model whose products compute in bfloat16: the projections and the head
+	// are stored rounded to bfloat16 (as float32 values), each product's input is rounded
+	// before it and its output after it, keys and values are rounded as they enter the cache,
+	// and attention rounds its queries, scores, weights and output as the graph's two bfloat16
+	// products do. A product of two bfloat16 values is exact in float32, so float32 GEMMs on
+	// the rounded operands are bfloat16 products with float32 accumulation.
+	bf16 bool
+	// xb is the rounded input of a product (bf16); qs, per worker, a rounded query.
+	xb []float32
+	qs [][]float32
 	// scratch, sized for the largest call so far: token rows × width.
 	x, h, qkv, attn, gu, act, mlp, last []float32
 	cos, sin                            []float32 // RoPE rotation of each token row [tokens, hd/2]
@@ -79,7 +91,7 @@ func newHostDecoder(m *Model) (*hostDecoder, error) {
 // reading a value. The snapshot keeps the old tensors referenced, so a new tensor can never be
 // allocated at an old one's address.
 func (d *hostDecoder) current(m *Model) bool {
-	if len(d.srcs) == 0 || len(d.srcs) != len(d.names) {
+	if len(d.srcs) == 0 || len(d.srcs) != len(d.names) || d.bf16 != m.MixedPrecision() {
 		return false
 	}
 	for i, name := range d.names {
@@ -100,6 +112,7 @@ func (d *hostDecoder) current(m *Model) bool {
 func (d *hostDecoder) load(m *Model) error {
 	c := m.Config
 	d.c, d.workers, d.transposed = c, max(1, runtime.GOMAXPROCS(0)), blas.Available()
+	d.bf16 = m.MixedPrecision()
 	d.names, d.srcs = d.names[:0], d.srcs[:0]
 	d.invFreq = d.invFreq[:0]
 	for _, f := range c.RopeInvFreq() {
@@ -220,6 +233,9 @@ func (d *hostDecoder) readProjections(m *Model, dst *[]float32, in int, names []
 		}
 		col += outs[p]
 	}
+	if d.bf16 {
+		d.parallel(len(*dst), func(_, lo, hi int) { cpu.RoundToBF16((*dst)[lo:hi], (*dst)[lo:hi]) })
+	}
 	return nil
 }
 
@@ -279,12 +295,22 @@ func parallelFor(workers, n int, fn func(worker, lo, hi int)) {
 // matMul computes out = x·Wᵀ for x [rows, inDim] and the projection W [outDim, inDim], stored
 // as the decoder's layout says (see hostLayer): transposed, [inDim, outDim], for OpenBLAS, else
 // as is for goMatMul.
+// With bf16 the weights are rounded already; x is rounded into a scratch first and the
+// product rounded in place.
 func (d *hostDecoder) matMul(out []float32, w []float32, x []float32, rows, outDim, inDim int) {
+	if d.bf16 {
+		d.xb = grow(d.xb, rows*inDim)
+		cpu.RoundToBF16(d.xb, x[:rows*inDim])
+		x = d.xb
+	}
 	if d.transposed {
 		blas.Sgemm(false, false, rows, outDim, inDim, 1, x, inDim, w, outDim, 0, out, outDim)
-		return
+	} else {
+		d.goMatMul(out, w, x, rows, outDim, inDim)
 	}
-	d.goMatMul(out, w, x, rows, outDim, inDim)
+	if d.bf16 {
+		cpu.RoundToBF16(out[:rows*outDim], out[:rows*outDim])
+	}
 }
 
 // goMatMul computes out = x·Wᵀ for W [outDim, inDim] in Go: the output columns are split
@@ -375,6 +401,9 @@ func (d *hostDecoder) step(tokens, positions []int32, kCache, vCache [][]float32
 	for len(d.scores) < d.workers {
 		d.scores = append(d.scores, nil)
 	}
+	for len(d.qs) < d.workers {
+		d.qs = append(d.qs, make([]float32, hd))
+	}
 	for w := range d.scores {
 		d.scores[w] = grow(d.scores[w], slot+T)
 	}
@@ -412,6 +441,10 @@ func (d *hostDecoder) step(tokens, positions []int32, kCache, vCache [][]float32
 					at := ((r*kvh+g)*capacity + s) * hd
 					copy(kc[at:at+hd], qkv[qd+g*hd:qd+(g+1)*hd])
 					copy(vc[at:at+hd], qkv[qd+kvd+g*hd:qd+kvd+(g+1)*hd])
+					if d.bf16 { // keys and values only ever enter bfloat16 products
+						cpu.RoundToBF16(kc[at:at+hd], kc[at:at+hd])
+						cpu.RoundToBF16(vc[at:at+hd], vc[at:at+hd])
+					}
 				}
 			}
 		})
@@ -466,6 +499,10 @@ func (d *hostDecoder) attendHead(w int, kc, vc []float32, first, s int, q, out [
 	hd := len(q)
 	sc := d.scores[w][:s+1-first]
 	scale := float32(1 / math.Sqrt(float64(hd)))
+	if d.bf16 {
+		d.attendHeadBF16(w, kc, vc, first, s, q, out, scale)
+		return
+	}
 	if cpu.HasAttend && !d.goAttention {
 		cpu.Attend(q, kc[first*hd:], vc[first*hd:], scale, sc, out)
 		return
@@ -473,6 +510,34 @@ func (d *hostDecoder) attendHead(w int, kc, vc []float32, first, s int, q, out [
 	scaledDots(sc, kc[first*hd:], hd, q, scale)
 	den := softmaxUnnormalised(sc)
 	weightedSum(out, vc[first*hd:], hd, sc, 1/den)
+}
+
+// attendHeadBF16 is attendHead for a model computing in bfloat16, the graph's way: the scaled
+// query rounded (the graph folds the scale into RoPE's tables), the scores q·k rounded, the
+// softmax's weights in float32, its numerators rounded for the weighted sum of the (rounded)
+// values, and that sum rounded before the division by the float32 denominator. With the cpu
+// package's C kernels, one call (cpu.AttendBF16, the query·key sums in another order).
+func (d *hostDecoder) attendHeadBF16(w int, kc, vc []float32, first, s int, q, out []float32, scale float32) {
+	hd := len(q)
+	sc := d.scores[w][:s+1-first]
+	qs := d.qs[w][:hd]
+	for i, v := range q {
+		qs[i] = v * scale
+	}
+	cpu.RoundToBF16(qs, qs)
+	if cpu.HasAttend && !d.goAttention {
+		cpu.AttendBF16(qs, kc[first*hd:], vc[first*hd:], sc, out)
+		return
+	}
+	scaledDots(sc, kc[first*hd:], hd, qs, 1)
+	cpu.RoundToBF16(sc, sc)
+	den := softmaxUnnormalised(sc)
+	cpu.RoundToBF16(sc, sc)
+	weightedSum(out, vc[first*hd:], hd, sc, 1)
+	cpu.RoundToBF16(out, out)
+	for i := range out {
+		out[i] /= den
+	}
 }
 
 // softmaxUnnormalised replaces x by exp(x - max x) and returns the sum of the results.

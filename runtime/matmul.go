@@ -9,6 +9,7 @@ import (
 	"sync"
 	"weak"
 
+	"github.com/gomlx/gomlx/pkg/core/dtypes"
 	. "github.com/gomlx/gomlx/pkg/core/graph" //nolint:revive // graph-building code reads better unqualified.
 	"github.com/gomlx/gomlx/pkg/core/shapes"
 )
@@ -61,6 +62,27 @@ func DotGeneralWithAxes(lhs *Node, lhsContracting, lhsBatch []int, rhs *Node, rh
 // x[..., in] → [..., out], i.e. x·Wᵀ.
 func Linear(x, w *Node) *Node {
 	return DotGeneralWithAxes(x, []int{x.Rank() - 1}, nil, w, []int{1}, nil)
+}
+
+// LinearIn is Linear computed in the compute dtype dt (see DotGeneralIn).
+func LinearIn(dt dtypes.DType, x, w *Node) *Node {
+	return DotGeneralIn(dt, x, []int{x.Rank() - 1}, nil, w, []int{1}, nil)
+}
+
+// DotGeneralIn is DotGeneralWithAxes computed in the compute dtype dt, PyTorch autocast's way:
+// with dt BFloat16 both operands are converted to bfloat16, multiplied in bfloat16 (the
+// backends accumulate in float32 and round the product to bfloat16) and the product converted
+// back to the operands' dtype at once, so that what follows (norms, softmax, residuals,
+// losses) stays float32. The gradient flows through the conversions: the backward products
+// are bfloat16 too, and the gradients reach float32 weights as float32. dt InvalidDType (a
+// model's default) or the operands' own dtype is the plain product.
+func DotGeneralIn(dt dtypes.DType, lhs *Node, lhsContracting, lhsBatch []int, rhs *Node, rhsContracting, rhsBatch []int) *Node {
+	if dt == dtypes.InvalidDType || (dt == lhs.DType() && dt == rhs.DType()) {
+		return DotGeneralWithAxes(lhs, lhsContracting, lhsBatch, rhs, rhsContracting, rhsBatch)
+	}
+	out := lhs.DType()
+	return ConvertDType(DotGeneralWithAxes(ConvertDType(lhs, dt), lhsContracting, lhsBatch,
+		ConvertDType(rhs, dt), rhsContracting, rhsBatch), out)
 }
 
 var dotGeneralDesc = regexp.MustCompile(`lhsContractingAxes=\[([0-9 ]*)\], lhsBatchAxes=\[([0-9 ]*)\], rhs=\[#\d+\], rhsContractingAxes=\[([0-9 ]*)\], rhsBatchAxes=\[([0-9 ]*)\]`)

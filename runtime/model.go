@@ -51,6 +51,47 @@ type Model struct {
 	// more forward pass of compute for activations that no longer grow with the layer's width.
 	// Graphs built afterwards use it.
 	ActivationCheckpointing bool
+	// ComputeDType is the dtype the model's matrix products compute in (mixed precision,
+	// recipe field model.dtype): BFloat16 converts both operands of every product (projections,
+	// attention's two products, the LM and value heads) to bfloat16, multiplies in bfloat16
+	// with float32 accumulation, and converts the product back to float32 at once, as PyTorch's
+	// autocast does; norms, softmax, residuals and losses stay float32, and so do the weights
+	// (the master copy the optimizer updates), their gradients, the optimizer's state and the
+	// checkpoints. InvalidDType (the zero value) or Float32 computes everything in float32.
+	// Scorers, trainers and samplers built afterwards use it, the host decoder included.
+	ComputeDType dtypes.DType
+}
+
+// ParseComputeDType maps a recipe's model.dtype to a ComputeDType: "float32" (or "") and
+// "bfloat16".
+func ParseComputeDType(name string) (dtypes.DType, error) {
+	switch name {
+	case "", "float32":
+		return dtypes.Float32, nil
+	case "bfloat16":
+		return dtypes.BFloat16, nil
+	}
+	return dtypes.InvalidDType, fmt.Errorf("compute dtype %q: want \"float32\" or \"bfloat16\"", name)
+}
+
+// computeDType is ComputeDType, Float32 when unset.
+func (m *Model) computeDType() dtypes.DType {
+	if m.ComputeDType == dtypes.InvalidDType {
+		return dtypes.Float32
+	}
+	return m.ComputeDType
+}
+
+// MixedPrecision reports whether the model's products compute in a lower precision than its
+// float32 weights (ComputeDType BFloat16).
+func (m *Model) MixedPrecision() bool { return m.computeDType() != dtypes.Float32 }
+
+// linear is Linear in the model's compute dtype.
+func (m *Model) linear(x, w *Node) *Node { return LinearIn(m.computeDType(), x, w) }
+
+// dot is DotGeneralWithAxes in the model's compute dtype.
+func (m *Model) dot(lhs *Node, lhsContracting, lhsBatch []int, rhs *Node, rhsContracting, rhsBatch []int) *Node {
+	return DotGeneralIn(m.computeDType(), lhs, lhsContracting, lhsBatch, rhs, rhsContracting, rhsBatch)
 }
 
 // NewModel creates a model with freshly initialised weights in a new context. Initialisation
@@ -241,7 +282,7 @@ func (m *Model) Logits(ctx *context.Context, hidden *Node) *Node {
 	if m.Config.TieEmbeddings {
 		name = "model.embed_tokens.weight"
 	}
-	return Linear(hidden, m.weight(ctx, hidden.Graph(), name))
+	return m.linear(hidden, m.weight(ctx, hidden.Graph(), name))
 }
 
 // ValueHead maps hidden states [batch, seq, hidden] to scalars [batch, seq] with the
@@ -250,7 +291,7 @@ func (m *Model) ValueHead(ctx *context.Context, hidden *Node) *Node {
 	if !m.Config.HasValueHead {
 		panic(errors.New("ValueHead: the model config has no value head (Config.HasValueHead)"))
 	}
-	v := Linear(hidden, m.weight(ctx, hidden.Graph(), "score.weight"))
+	v := m.linear(hidden, m.weight(ctx, hidden.Graph(), "score.weight"))
 	return Squeeze(v, -1)
 }
 
@@ -358,10 +399,10 @@ func (m *Model) layer(x *Node, pre string, w func(string) *Node, rot ropes, bias
 	attn, k, vT := m.attention(h, pre, w, rot, bias, pastK, pastVT, pastBias)
 	x = Add(x, attn)
 	h = rmsNorm(x, w(pre+"post_attention_layernorm.weight"), c.RMSNormEps)
-	gate := Linear(h, w(pre+"mlp.gate_proj.weight"))
-	up := Linear(h, w(pre+"mlp.up_proj.weight"))
+	gate := m.linear(h, w(pre+"mlp.gate_proj.weight"))
+	up := m.linear(h, w(pre+"mlp.up_proj.weight"))
 	act := Mul(Mul(gate, Sigmoid(gate)), up) // SwiGLU: silu(gate)·up
-	return Add(x, Linear(act, w(pre+"mlp.down_proj.weight"))), k, vT
+	return Add(x, m.linear(act, w(pre+"mlp.down_proj.weight"))), k, vT
 }
 
 // attention is one grouped-query attention block. h [B,T,hidden]; bias [B or 1,1,1,T,T]; with a
@@ -374,7 +415,7 @@ func (m *Model) attention(h *Node, pre string, w func(string) *Node, rot ropes, 
 	hd, kvh := c.HeadDim(), c.KVHeads
 	group := c.Heads / kvh
 	proj := func(name string) *Node {
-		y := Linear(h, w(pre+"self_attn."+name+".weight"))
+		y := m.linear(h, w(pre+"self_attn."+name+".weight"))
 		if c.AttentionBias {
 			y = Add(y, lastAxis(w(pre+"self_attn."+name+".bias"), y.Rank()))
 		}
@@ -408,14 +449,14 @@ func (m *Model) attention(h *Node, pre string, w func(string) *Node, rot ropes, 
 	// scores of q against S keys, stored [B,kvh,S,hd] (batch axes 0, 1: the cache) or
 	// [B,S,kvh,hd] (0, 2: the new keys): [B,kvh,group,T,S].
 	scores := func(keys *Node, keyBatch []int, bias *Node) *Node {
-		s := DotGeneralWithAxes(q, []int{3}, qBatch, keys, []int{3}, keyBatch) // [B,kvh,group*T,S]
+		s := m.dot(q, []int{3}, qBatch, keys, []int{3}, keyBatch) // [B,kvh,group*T,S]
 		return Add(Reshape(s, b, kvh, group, t, s.Shape().Dimensions[3]), bias)
 	}
 	// weighted is Σ_s e·v → [B,kvh,group*T,hd], the values' S axis being contracted and their
 	// (B, kvh) axes batch.
 	weighted := func(e, values *Node, contracted int, batch []int) *Node {
 		s := e.Shape().Dimensions[4]
-		return DotGeneralWithAxes(Reshape(e, b, kvh, group*t, s), []int{3}, []int{0, 1}, values, []int{contracted}, batch)
+		return m.dot(Reshape(e, b, kvh, group*t, s), []int{3}, []int{0, 1}, values, []int{contracted}, batch)
 	}
 	// Softmax over past and new keys together, without concatenating them (a copy of the
 	// whole cache per step): shared max, exponentials, and a common denominator. The max is a
@@ -430,19 +471,44 @@ func (m *Model) attention(h *Node, pre string, w func(string) *Node, rot ropes, 
 	mx = StopGradient(mx)
 	eCur := Exp(Sub(cur, mx))
 	den := ReduceAndKeep(eCur, ReduceSum, -1)
-	o := weighted(eCur, v, 1, []int{0, 2})
-	if past != nil {
+	var o *Node
+	if past == nil {
+		o = weighted(eCur, v, 1, []int{0, 2})
+	} else {
 		ePast := Exp(Sub(past, mx))
 		den = Add(den, ReduceAndKeep(ePast, ReduceSum, -1))
-		o = Add(o, weighted(ePast, pastVT, 3, []int{0, 1}))
+		if m.MixedPrecision() {
+			o = m.weightedSplit(eCur, v, ePast, pastVT, b, kvh, group, t)
+		} else {
+			o = Add(weighted(eCur, v, 1, []int{0, 2}), weighted(ePast, pastVT, 3, []int{0, 1}))
+		}
 	}
 	o = Div(Reshape(o, b, kvh, group, t, hd), den) // den [B,kvh,group,T,1]
 	o = TransposeAllAxes(o, 0, 3, 1, 2, 4)         // [B,T,kvh,group,hd]
-	out = Linear(Reshape(o, b, t, c.Heads*hd), w(pre+"self_attn.o_proj.weight"))
+	out = m.linear(Reshape(o, b, t, c.Heads*hd), w(pre+"self_attn.o_proj.weight"))
 	if c.OutputBias {
 		out = Add(out, lastAxis(w(pre+"self_attn.o_proj.bias"), out.Rank()))
 	}
 	return out, k, vT
+}
+
+// weightedSplit is attention's Σ_s e·v over the new keys (eCur, v [B,T,kvh,hd]) and the
+// cached ones (ePast, pastVT [B,kvh,hd,S]) for a model computing in a lower precision: the
+// training graph takes it as one product over all keys, rounded once, and two products rounded
+// each and then added differ from it by about that rounding (measured: the sampled log-probs
+// then differed from the training graph's by 0.034 where bfloat16 and float32 differ by 0.044,
+// against 5e-7 with this). So the two products take operands
+// rounded to the compute dtype but multiply them in float32 (exact products, float32 sums, as
+// the bf16 product does) and their sum is rounded once. Decode graphs only: it is never
+// differentiated, and a decode step's products are small.
+func (m *Model) weightedSplit(eCur, v, ePast, pastVT *Node, b, kvh, group, t int) *Node {
+	dt := m.computeDType()
+	round := func(x *Node) *Node { return ConvertDType(ConvertDType(x, dt), x.DType()) }
+	part := func(e, values *Node, contracted int, batch []int) *Node {
+		s := e.Shape().Dimensions[4]
+		return DotGeneralWithAxes(round(Reshape(e, b, kvh, group*t, s)), []int{3}, []int{0, 1}, round(values), []int{contracted}, batch)
+	}
+	return round(Add(part(eCur, v, 1, []int{0, 2}), part(ePast, pastVT, 3, []int{0, 1})))
 }
 
 // rmsNorm is x / sqrt(mean(x²) + eps) · w over the last axis. It uses Div(·, Sqrt(·)) because
@@ -583,5 +649,5 @@ func MaskedMean(x, mask *Node) *Node {
 // and their gradient never exist for the whole batch at once.
 func (m *Model) TokenLogProbs(ctx *context.Context, tokens, targets *Node) *Node {
 	h := m.Forward(ctx, tokens)
-	return ChunkedLogProbs(h, m.headWeight(ctx, h.Graph()), targets, m.headChunkRows())
+	return chunkedLogProbs(m.computeDType(), h, m.headWeight(ctx, h.Graph()), targets, m.headChunkRows())
 }

@@ -50,6 +50,10 @@ type Sampler struct {
 	exec *context.Exec
 	// hostDecode runs prompt and decode steps in plain Go (CPU backends).
 	hostDecode bool
+	// simpleGo: the backend is GoMLX's SimpleGo, whose bfloat16 conversions truncate where the
+	// host decoder rounds to nearest even (as the cpu backend and XLA do): a model computing in
+	// bfloat16 then decodes in graphs, which compute what its training graphs compute.
+	simpleGo bool
 	// prefillTokens bounds the token rows of one host prefill call (hostPrefillTokens).
 	prefillTokens int
 	// host is the host decoder with its snapshot of the weights, kept between calls.
@@ -73,8 +77,8 @@ func NewSampler(backend backends.Backend, m *Model) (*Sampler, error) {
 	if err != nil {
 		return nil, fmt.Errorf("sampler: %w", err)
 	}
-	return &Sampler{m: m, exec: exec, hostDecode: decodesOnHost(backend), prefillTokens: hostPrefillTokens,
-		keptCacheBytes: maxKeptCacheBytes}, nil
+	return &Sampler{m: m, exec: exec, hostDecode: decodesOnHost(backend), simpleGo: isSimpleGo(backend),
+		prefillTokens: hostPrefillTokens, keptCacheBytes: maxKeptCacheBytes}, nil
 }
 
 // hostPrefillTokens is the most token rows (rows × prompt positions) the host decoder prefills
@@ -96,6 +100,15 @@ func (s *Sampler) caches(layers, n int) (k, v [][]float32) {
 		clear(s.vCache[l])
 	}
 	return s.kCache[:layers], s.vCache[:layers]
+}
+
+// isSimpleGo says whether the backend (possibly wrapped in a *Backend) is GoMLX's SimpleGo.
+func isSimpleGo(b backends.Backend) bool {
+	if w, ok := b.(*Backend); ok {
+		b = w.Backend
+	}
+	_, ok := b.(*simplego.Backend)
+	return ok
 }
 
 // decodesOnHost says whether the backend (possibly wrapped in a *Backend) computes on this
@@ -245,7 +258,7 @@ func (s *Sampler) Generate(prompts [][]int32, opt SampleOptions) ([]Sample, erro
 	}
 
 	var host *hostDecoder
-	if s.hostDecode {
+	if s.hostDecode && !(s.simpleGo && s.m.MixedPrecision()) {
 		// Prefill on the host too, many prompt positions of all rows per call (left pads attend
 		// only to themselves and are never attended to). Spans of at most s.prefillTokens
 		// token rows bound the decoder's scratch memory on long prompts.

@@ -23,7 +23,7 @@ type Scorer struct {
 func NewScorer(backend backends.Backend, m *Model) (*Scorer, error) {
 	lp, err := context.NewExec(backend, m.Context(), func(ctx *context.Context, tokens, targets *Node) *Node {
 		h := m.Forward(ctx, tokens)
-		lp, _ := ChunkedLogProbsAndEntropy(h, m.headWeight(ctx, h.Graph()), targets, m.headChunkRows())
+		lp, _ := chunkedLogProbsAndEntropy(m.computeDType(), h, m.headWeight(ctx, h.Graph()), targets, m.headChunkRows())
 		return lp
 	})
 	if err != nil {
@@ -31,7 +31,7 @@ func NewScorer(backend backends.Backend, m *Model) (*Scorer, error) {
 	}
 	lpEnt, err := context.NewExec(backend, m.Context(), func(ctx *context.Context, tokens, targets *Node) (*Node, *Node) {
 		h := m.Forward(ctx, tokens)
-		return ChunkedLogProbsAndEntropy(h, m.headWeight(ctx, h.Graph()), targets, m.headChunkRows())
+		return chunkedLogProbsAndEntropy(m.computeDType(), h, m.headWeight(ctx, h.Graph()), targets, m.headChunkRows())
 	})
 	if err != nil {
 		return nil, fmt.Errorf("scorer: %w", err)

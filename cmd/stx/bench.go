@@ -49,6 +49,7 @@ Example:
 			&cli.Uint64Flag{Name: "seed", Value: 1, Usage: "seed of the weights and data"},
 			&cli.StringFlag{Name: "only", Usage: "run only the measurements in `LIST` (comma-separated: forward_logprobs, grpo_train_step, sft_train_step, kv_cache_sampling)"},
 			&cli.BoolFlag{Name: "activation-checkpointing", Usage: "recompute each layer's activations in the train steps' backward pass (model.activation_checkpointing)"},
+			&cli.StringFlag{Name: "dtype", Value: "float32", Usage: "compute `DTYPE` of the model's matrix products (model.dtype): float32, or bfloat16 (bf16 products with f32 accumulation, f32 weights and AdamW)"},
 			&cli.StringFlag{Name: "cpuprofile", Usage: "write a Go CPU profile of the whole benchmark (compilation and warm-up runs included; narrow it with --only) to `FILE` (read it with go tool pprof)"},
 		},
 		Action: func(c *cli.Context) error {
@@ -66,16 +67,24 @@ Example:
 			if c.Int("prompt-len") > c.Int("seq-len") {
 				return usagef("--prompt-len %d exceeds --seq-len %d", c.Int("prompt-len"), c.Int("seq-len"))
 			}
+			dt, err := runtime.ParseComputeDType(c.String("dtype"))
+			if err != nil {
+				return usagef("--dtype: %v", err)
+			}
 			be, err := runtime.NewBackend(c.String("backend"))
 			if err != nil {
 				return err
 			}
 			fmt.Fprintln(c.App.ErrWriter, be.Describe())
+			if d := be.ComputeDTypeDescription(dt); d != "" {
+				fmt.Fprintln(c.App.ErrWriter, d)
+			}
 			m, err := runtime.OpenModel(c.String("model"), c.Uint64("seed"))
 			if err != nil {
 				return err
 			}
 			m.ActivationCheckpointing = c.Bool("activation-checkpointing")
+			m.ComputeDType = dt
 			if path := c.String("cpuprofile"); path != "" {
 				f, err := os.Create(path)
 				if err != nil {

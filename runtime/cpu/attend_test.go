@@ -81,3 +81,80 @@ func TestAttendShortSlicesPanic(t *testing.T) {
 	}()
 	Attend(make([]float32, 4), make([]float32, 7), make([]float32, 8), 1, make([]float32, 2), make([]float32, 4))
 }
+
+// attendBF16Ref is AttendBF16 in Go, in the kernel's order of operations: dot8's eight
+// interleaved partial sums, the softmax of softmaxUnnormalised (Exp32), weightedSum's four
+// rows at a time.
+func attendBF16Ref(q, k, v []float32, n int) []float32 {
+	hd := len(q)
+	round := func(f float32) float32 { return RoundBF16(f).Float32() }
+	sc := make([]float32, n)
+	for j := range n {
+		var a [8]float32
+		for i := 0; i < hd; i += 8 {
+			for u := range 8 {
+				if i+u < hd {
+					a[u] += q[i+u] * k[j*hd+i+u]
+				}
+			}
+		}
+		sc[j] = round(((a[0] + a[4]) + (a[2] + a[6])) + ((a[1] + a[5]) + (a[3] + a[7])))
+	}
+	mx := float32(math.Inf(-1))
+	for _, s := range sc {
+		mx = max(mx, s)
+	}
+	var den float32
+	for j := range sc {
+		sc[j] = Exp32(sc[j] - mx)
+		den += sc[j]
+	}
+	for j := range sc {
+		sc[j] = round(sc[j])
+	}
+	out := make([]float32, hd)
+	j := 0
+	for ; j+4 <= n; j += 4 {
+		for i := range out {
+			out[i] += sc[j]*v[j*hd+i] + sc[j+1]*v[(j+1)*hd+i] + sc[j+2]*v[(j+2)*hd+i] + sc[j+3]*v[(j+3)*hd+i]
+		}
+	}
+	for ; j < n; j++ {
+		for i := range out {
+			out[i] += sc[j] * v[j*hd+i]
+		}
+	}
+	for i := range out {
+		out[i] = round(out[i]) / den
+	}
+	return out
+}
+
+// TestAttendBF16: the bfloat16 attention kernel gives the bits of its Go statement at every
+// instruction-set level.
+func TestAttendBF16(t *testing.T) {
+	if !HasAttend {
+		t.Skip("the C kernels are not compiled in")
+	}
+	r := rand.New(rand.NewPCG(8, 8))
+	for _, hd := range []int{1, 3, 8, 13, 64, 128} {
+		for _, n := range []int{1, 2, 5, 8, 97} {
+			t.Run(fmt.Sprintf("hd%d/n%d", hd, n), func(t *testing.T) {
+				q, k, v := make([]float32, hd), make([]float32, n*hd), make([]float32, n*hd)
+				for _, s := range [][]float32{q, k, v} {
+					for i := range s {
+						s[i] = RoundBF16(float32(r.NormFloat64()) * 2).Float32()
+					}
+				}
+				want := attendBF16Ref(q, k, v, n)
+				for _, level := range vecLevels() {
+					scores, out := make([]float32, n), make([]float32, hd)
+					vecAttendModeAt(level, q, k, v, 1, scores, out, true)
+					if !slices.Equal(out, want) {
+						t.Fatalf("%s: %v, Go %v", vecLevelName(level), out, want)
+					}
+				}
+			})
+		}
+	}
+}

@@ -101,6 +101,8 @@ func makeFlat(dtype dtypes.DType, n int) any {
 		return make([]uint8, n)
 	case dtypes.Bool:
 		return make([]bool, n)
+	case dtypes.BFloat16:
+		return make([]bf16, n)
 	}
 	panic(fmt.Sprintf("cpu backend: dtype %s is not supported", dtype))
 }
@@ -119,6 +121,8 @@ func flatLen(flat any) int {
 	case []uint8:
 		return len(f)
 	case []bool:
+		return len(f)
+	case []bf16:
 		return len(f)
 	}
 	panic(fmt.Sprintf("cpu backend: unsupported flat type %T", flat))
@@ -139,13 +143,18 @@ func copyFlat(dst, src any) {
 		copy(d, src.([]uint8))
 	case []bool:
 		copy(d, src.([]bool))
+	case []bf16:
+		copy(d, src.([]bf16))
 	default:
 		panic(fmt.Sprintf("cpu backend: unsupported flat type %T", dst))
 	}
 }
 
 // supportedDTypes are the element types the backend stores and computes.
-var supportedDTypes = []dtypes.DType{dtypes.Float32, dtypes.Float64, dtypes.Int32, dtypes.Int64, dtypes.Uint8, dtypes.Bool}
+// BFloat16 is stored and moved, converted, and multiplied (bf16.go); other ops compute it in
+// float32.
+var supportedDTypes = []dtypes.DType{dtypes.Float32, dtypes.Float64, dtypes.Int32, dtypes.Int64, dtypes.Uint8, dtypes.Bool,
+	dtypes.BFloat16}
 
 func dtypeSupported(dt dtypes.DType) bool {
 	for _, d := range supportedDTypes {
@@ -258,6 +267,8 @@ func flatDType(flat any) dtypes.DType {
 		return dtypes.Uint8
 	case []bool:
 		return dtypes.Bool
+	case []bf16:
+		return dtypes.BFloat16
 	}
 	return dtypes.InvalidDType
 }

@@ -197,7 +197,9 @@ func planDotGeneral(lhs shapes.Shape, lhsContracting, lhsBatch []int, rhs shapes
 		lhsDims: slices.Clone(lhs.Dimensions),
 		rhsDims: slices.Clone(rhs.Dimensions),
 	}
-	f32 := lhs.DType == dtypes.Float32
+	// bfloat16 operands are read like float32 ones: dotBFloat16 widens them in their layout, and
+	// cblas_sbgemm takes the same strides.
+	f32 := lhs.DType == dtypes.Float32 || lhs.DType == dtypes.BFloat16
 	p.transA, p.lhsView, p.lhsPerm = operandLayout(lhs.Dimensions, lb, lf, lc, f32)
 	p.transB, p.rhsView, p.rhsPerm = operandLayout(rhs.Dimensions, rb, rc, rf, f32)
 	var dims []int
@@ -213,13 +215,19 @@ func planDotGeneral(lhs shapes.Shape, lhsContracting, lhsBatch []int, rhs shapes
 	return p, shapes.Make(lhs.DType, dims...), nil
 }
 
-// execDotGeneral multiplies batch × [M,K]·[K,N]: OpenBLAS for float32, Go loops otherwise.
+// execDotGeneral multiplies batch × [M,K]·[K,N]: OpenBLAS for float32 and bfloat16 (bf16.go),
+// Go loops otherwise.
 func execDotGeneral(r *execution, n *node, in []*Buffer, _ []bool) (*Buffer, error) {
+	if d, ok := n.data.(*bf16Dot); ok {
+		return execBF16Dot(r, n, d, in), nil
+	}
 	p := n.data.(*dotPlan)
 	out := r.pool.newBuffer(n.shape)
 	switch o := out.flat.(type) {
 	case []float32:
 		dotFloat32(r, p, in[0].flat.([]float32), in[1].flat.([]float32), o)
+	case []bf16:
+		dotBFloat16(r, p, in[0].flat.([]bf16), in[1].flat.([]bf16), o)
 	case []float64:
 		dotGeneric(r, p, in[0].flat.([]float64), in[1].flat.([]float64), o)
 	case []int32:
@@ -396,7 +404,7 @@ func pooledFLOPs(n *node) (int, bool) {
 	if n.op != backends.OpTypeDotGeneral || n.shape.DType != dtypes.Float32 {
 		return 0, false
 	}
-	p := n.data.(*dotPlan)
+	p := planOf(n) // a float32 product, or a bfloat16 one with a float32 result (bf16.go)
 	if chooseGemmPath(p.transA, p.batch, p.m, p.n, p.k) != gemmEach || !blas.UsesPool(p.m, p.n, p.k) {
 		return 0, false
 	}

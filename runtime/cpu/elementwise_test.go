@@ -242,6 +242,9 @@ func TestConvertDTypeEveryPair(t *testing.T) {
 	rng := rand.New(rand.NewPCG(13, 14))
 	for _, from := range supportedDTypes {
 		for _, to := range supportedDTypes {
+			if from == dtypes.BFloat16 || to == dtypes.BFloat16 {
+				continue // SimpleGo truncates to bfloat16: TestBF16ConvertEveryPair checks them
+			}
 			x := randTensor(rng, from, 4, 5)
 			if from.IsFloat() {
 				// Values that truncate, are negative, zero and in uint8 range.

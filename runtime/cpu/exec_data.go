@@ -92,6 +92,8 @@ var dataKernelsByDType = map[dtypes.DType]*dataKernels{
 	dtypes.Int64:   numberKernels[int64](),
 	dtypes.Uint8:   numberKernels[uint8](),
 	dtypes.Bool:    anyKernels[bool](),
+	// Data movement only: other ops compute bfloat16 in float32 (upcastBF16).
+	dtypes.BFloat16: anyKernels[bf16](),
 }
 
 func anyKernels[T any]() *dataKernels {
@@ -237,6 +239,8 @@ func zeroScalar(flat any) bool {
 		return len(f) == 1 && f[0] == 0
 	case []bool:
 		return len(f) == 1 && !f[0]
+	case []bf16:
+		return len(f) == 1 && f[0] == 0
 	}
 	return false
 }
@@ -255,6 +259,8 @@ func clearFlat(flat any) {
 	case []uint8:
 		clear(f)
 	case []bool:
+		clear(f)
+	case []bf16:
 		clear(f)
 	default:
 		panic(fmt.Sprintf("cpu backend: unsupported flat type %T", flat))

@@ -5,6 +5,7 @@ import (
 	"math"
 
 	"github.com/gomlx/gomlx/backends"
+	"github.com/gomlx/gomlx/pkg/core/dtypes"
 )
 
 // number is an element type the arithmetic kernels handle.
@@ -561,6 +562,12 @@ func where[T any](out []T, cond []bool, t, f []T) {
 // float to integer truncates (Go's conversion, as SimpleGo).
 func execConvert(r *execution, n *node, in []*Buffer, _ []bool) (*Buffer, error) {
 	out := r.pool.newBuffer(n.shape)
+	if n.shape.DType == dtypes.BFloat16 || in[0].shape.DType == dtypes.BFloat16 {
+		if err := convertBF16(r, out, in[0]); err != nil {
+			return nil, err
+		}
+		return out, nil
+	}
 	switch x := in[0].flat.(type) {
 	case []float32:
 		convertFrom(out.flat, x)

@@ -72,6 +72,9 @@ func (b *Builder) Compile(outputs []backends.Op, shardings []*backends.ShardingS
 		// are needed no more.
 		nodes = fuseBroadcasts(nodes, needed)
 		needed = markNeeded(nodes, outNodes)
+		// Likewise the conversions around bfloat16 products (bf16.go).
+		nodes = fuseBF16Dots(nodes, needed, outNodes)
+		needed = markNeeded(nodes, outNodes)
 		// Likewise, the ops inside elementwise chains (chain.go) are read by no step.
 		nodes = chainElementwise(nodes, needed, outNodes)
 		needed = markNeeded(nodes, outNodes)
@@ -111,6 +114,9 @@ func (b *Builder) Compile(outputs []backends.Op, shardings []*backends.ShardingS
 		}
 		if !ok {
 			return nil, fmt.Errorf("cpu backend Compile: %w", errNotImplemented(n.op))
+		}
+		if needsUpcast(n) {
+			fn = upcastBF16(fn)
 		}
 		s := step{n: n, fn: fn, inputs: make([]int, len(n.inputs))}
 		for i, in := range n.inputs {

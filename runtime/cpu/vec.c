@@ -18,6 +18,16 @@
 
 #include "vec.h"
 
+// stx_round_bf16f rounds a float32 to the nearest bfloat16 value (ties to even, NaN quiet), kept
+// as a float32: runtime/cpu's RoundToBF16.
+static inline float stx_round_bf16f(float f) {
+	uint32_t b;
+	memcpy(&b, &f, 4);
+	b = (b & 0x7fffffffu) > 0x7f800000u ? (b | 0x00400000u) & 0xffff0000u : (b + 0x7fffu + ((b >> 16) & 1u)) & 0xffff0000u;
+	memcpy(&f, &b, 4);
+	return f;
+}
+
 // STX_VEC_SHUFFLE: __builtin_shufflevector is there (GCC ≥ 12, clang) to split and join
 // vectors in registers. STX_VEC_NO_SHUFFLE turns it off (to test the fallback here).
 #if defined(__has_builtin) && !defined(STX_VEC_NO_SHUFFLE)
@@ -189,11 +199,11 @@ void stx_vec_max_rows(int level, int is_min, float *out, const float *x, long ro
 	}
 }
 
-void stx_vec_attend(int level, const float *q, const float *k, const float *v, long n, long hd, float scale, float *sc, float *out) {
+void stx_vec_attend(int level, const float *q, const float *k, const float *v, long n, long hd, float scale, float *sc, float *out, int bf16) {
 	if (level == STX_VEC_AVX2 || level == STX_VEC_AVX512) {
-		attend_avx2(q, k, v, n, hd, scale, sc, out);
+		attend_avx2(q, k, v, n, hd, scale, sc, out, bf16);
 	} else {
-		attend_generic(q, k, v, n, hd, scale, sc, out);
+		attend_generic(q, k, v, n, hd, scale, sc, out, bf16);
 	}
 }
 
@@ -256,9 +266,9 @@ void stx_vec_max_rows(int level, int is_min, float *out, const float *x, long ro
 	max_rows_generic(is_min, out, x, rows, n);
 }
 
-void stx_vec_attend(int level, const float *q, const float *k, const float *v, long n, long hd, float scale, float *sc, float *out) {
+void stx_vec_attend(int level, const float *q, const float *k, const float *v, long n, long hd, float scale, float *sc, float *out, int bf16) {
 	(void)level;
-	attend_generic(q, k, v, n, hd, scale, sc, out);
+	attend_generic(q, k, v, n, hd, scale, sc, out, bf16);
 }
 
 #endif

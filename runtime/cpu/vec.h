@@ -59,7 +59,15 @@ void stx_vec_max_rows(int level, int is_min, float *out, const float *x, long ro
 // stx_vec_attend computes one attention head's output out[hd] for the query q[hd] over n
 // positions of keys k and values v ([n, hd] each): sc[j] = scale·(q·k_j), then
 // out = Σ_j e^(sc[j] − max sc)·v_j / Σ_j e^(sc[j] − max sc). sc (n floats) is scratch, left
-// holding the unnormalised weights.
-void stx_vec_attend(int level, const float *q, const float *k, const float *v, long n, long hd, float scale, float *sc, float *out);
+// holding the unnormalised weights. With bf16, the scores, the weights of the sum and the sum
+// are rounded to bfloat16 as a bfloat16 model's products round them (see vec_impl.h).
+void stx_vec_attend(int level, const float *q, const float *k, const float *v, long n, long hd, float scale, float *sc, float *out, int bf16);
+
+// bfloat16 conversions (bf16.c), as the Go loops of bf16.go: stx_bf16_narrow rounds float32 to
+// bfloat16 bits (nearest even, NaN quiet), stx_bf16_widen widens them back (exact), and
+// stx_bf16_round rounds float32 to the nearest bfloat16 value kept as float32 (dst may be src).
+void stx_bf16_narrow(int level, unsigned short *dst, const float *src, long n);
+void stx_bf16_widen(int level, float *dst, const unsigned short *src, long n);
+void stx_bf16_round(int level, float *dst, const float *src, long n);
 
 #endif

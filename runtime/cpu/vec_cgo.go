@@ -95,6 +95,64 @@ func vecMaxRowsAt(level int, isMin bool, out, x []float32, n int) {
 
 // vecAttendAt runs the attention kernel at the given level (see Attend; lengths checked there).
 func vecAttendAt(level int, q, k, v []float32, scale float32, scores, out []float32) {
+	vecAttendModeAt(level, q, k, v, scale, scores, out, false)
+}
+
+// vecAttendModeAt is vecAttendAt, with bf16 the kernel of AttendBF16.
+func vecAttendModeAt(level int, q, k, v []float32, scale float32, scores, out []float32, bf16 bool) {
+	b := C.int(0)
+	if bf16 {
+		b = 1
+	}
 	C.stx_vec_attend(C.int(level), floatPtr(q), floatPtr(k), floatPtr(v), C.long(len(scores)), C.long(len(q)),
-		C.float(scale), floatPtr(scores), floatPtr(out))
+		C.float(scale), floatPtr(scores), floatPtr(out), b)
+}
+
+// vecMinBF16 is the shortest slice the C conversions take: below it a cgo call costs more.
+const vecMinBF16 = 256
+
+// vecWidenBF16 widens src into dst in C (bf16.c) when it is long enough; it reports whether it
+// did.
+func vecWidenBF16(dst []float32, src []bf16) bool {
+	if len(src) < vecMinBF16 {
+		return false
+	}
+	C.stx_bf16_widen(C.int(vecLevel), floatPtr(dst[:len(src)]), (*C.ushort)(unsafe.Pointer(unsafe.SliceData(src))), C.long(len(src)))
+	return true
+}
+
+// vecNarrowBF16 rounds src into dst in C when it is long enough; it reports whether it did.
+func vecNarrowBF16(dst []bf16, src []float32) bool {
+	if len(src) < vecMinBF16 {
+		return false
+	}
+	dst = dst[:len(src)]
+	C.stx_bf16_narrow(C.int(vecLevel), (*C.ushort)(unsafe.Pointer(unsafe.SliceData(dst))), floatPtr(src), C.long(len(src)))
+	return true
+}
+
+// vecRoundBF16 rounds src into dst (float32 values) in C when it is long enough; it reports
+// whether it did.
+func vecRoundBF16(dst, src []float32) bool {
+	if len(src) < vecMinBF16 {
+		return false
+	}
+	C.stx_bf16_round(C.int(vecLevel), floatPtr(dst[:len(src)]), floatPtr(src), C.long(len(src)))
+	return true
+}
+
+// bf16At runs the C conversions at a given level (tests): op 0 narrow, 1 widen, 2 round.
+func bf16At(level, op int, f32 []float32, b16 []bf16, rounded []float32) {
+	n := len(f32)
+	if n == 0 {
+		return
+	}
+	switch op {
+	case 0:
+		C.stx_bf16_narrow(C.int(level), (*C.ushort)(unsafe.Pointer(unsafe.SliceData(b16))), floatPtr(f32), C.long(n))
+	case 1:
+		C.stx_bf16_widen(C.int(level), floatPtr(f32), (*C.ushort)(unsafe.Pointer(unsafe.SliceData(b16))), C.long(n))
+	default:
+		C.stx_bf16_round(C.int(level), floatPtr(rounded), floatPtr(f32), C.long(n))
+	}
 }

@@ -397,8 +397,14 @@ static inline float FN(dot8)(const float *x, const float *y, long n) {
 // the weighted sum of the values take the operations of the Go loops they replace
 // (softmaxUnnormalised, weightedSum in runtime/hostdecode.go) in the same order; only the
 // query·key products are summed in another order (dot8).
-static void FN(attend)(const float *q, const float *k, const float *v, long n, long hd, float scale, float *sc, float *out) {
+// With bf16 it computes what a model's two bfloat16 products compute (runtime's attention in
+// bfloat16: q already scaled and rounded, keys and values rounded): each score rounded to
+// bfloat16, the softmax's numerators rounded for the weighted sum (the denominator summed
+// before), and that sum rounded before it is divided by the denominator.
+static void FN(attend)(const float *q, const float *k, const float *v, long n, long hd, float scale, float *sc, float *out, int bf16) {
 	for (long j = 0; j < n; j++) sc[j] = FN(dot8)(q, k + j * hd, hd) * scale;
+	if (bf16)
+		for (long j = 0; j < n; j++) sc[j] = stx_round_bf16f(sc[j]);
 	float mx = -__builtin_inff();
 	for (long j = 0; j < n; j++) mx = sc[j] > mx || sc[j] != sc[j] ? sc[j] : mx;
 	long j = 0;
@@ -412,6 +418,8 @@ static void FN(attend)(const float *q, const float *k, const float *v, long n, l
 	float den = 0;
 	for (j = 0; j < n; j++) den += sc[j];
 	const float inv = 1 / den;
+	if (bf16)
+		for (j = 0; j < n; j++) sc[j] = stx_round_bf16f(sc[j]);
 	memset(out, 0, (size_t)hd * 4);
 	// Four positions at a time: out + (((p0·r0 + p1·r1) + p2·r2) + p3·r3), as the Go loop.
 	for (j = 0; j + 4 <= n; j += 4) {
@@ -432,6 +440,10 @@ static void FN(attend)(const float *q, const float *k, const float *v, long n, l
 		long i = 0;
 		for (; i + W <= hd; i += W) FN(store)(out + i, FN(load)(out + i) + vp * FN(load)(r + i));
 		for (; i < hd; i++) out[i] += pj * r[i];
+	}
+	if (bf16) {
+		for (long i = 0; i < hd; i++) out[i] = stx_round_bf16f(out[i]) / den;
+		return;
 	}
 	const VF vi = FN(splat)(inv);
 	long i = 0;

@@ -34,3 +34,17 @@ func vecMaxRowsAt(level int, isMin bool, out, x []float32, n int) {
 func vecAttendAt(level int, q, k, v []float32, scale float32, scores, out []float32) {
 	panic("cpu: the C kernels are not compiled in")
 }
+
+func vecAttendModeAt(level int, q, k, v []float32, scale float32, scores, out []float32, bf16 bool) {
+	panic("cpu: the C kernels are not compiled in")
+}
+
+func vecWidenBF16(dst []float32, src []bf16) bool { return false }
+
+func vecNarrowBF16(dst []bf16, src []float32) bool { return false }
+
+func vecRoundBF16(dst, src []float32) bool { return false }
+
+func bf16At(level, op int, f32 []float32, b16 []bf16, rounded []float32) {
+	panic("cpu: the C kernels are not compiled in")
+}

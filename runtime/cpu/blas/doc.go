@@ -48,6 +48,11 @@ func sgemm(withOpenBLAS func(transA, transB bool, m, n, k int, alpha float32, a 
 // checkArgs panics on operand slices too short for the given shapes and strides: a C library
 // would read or write past them.
 func checkArgs(transA, transB bool, m, n, k int, a []float32, lda int, b []float32, ldb int, c []float32, ldc int) {
+	checkLens("Sgemm", transA, transB, m, n, k, len(a), lda, len(b), ldb, len(c), ldc)
+}
+
+// checkLens is checkArgs on the operands' lengths.
+func checkLens(fn string, transA, transB bool, m, n, k int, lenA, lda, lenB, ldb, lenC, ldc int) {
 	rowsA, colsA := m, k
 	if transA {
 		rowsA, colsA = k, m
@@ -56,17 +61,17 @@ func checkArgs(transA, transB bool, m, n, k int, a []float32, lda int, b []float
 	if transB {
 		rowsB, colsB = n, k
 	}
-	need := func(name string, s []float32, rows, cols, ld int) {
+	need := func(name string, n, rows, cols, ld int) {
 		if cols > 0 && ld < cols {
-			panic(fmt.Sprintf("blas.Sgemm: ld%s=%d < %d columns", name, ld, cols))
+			panic(fmt.Sprintf("blas.%s: ld%s=%d < %d columns", fn, name, ld, cols))
 		}
-		if rows > 0 && len(s) < (rows-1)*ld+cols {
-			panic(fmt.Sprintf("blas.Sgemm: %s has %d elements, needs %d", name, len(s), (rows-1)*ld+cols))
+		if rows > 0 && n < (rows-1)*ld+cols {
+			panic(fmt.Sprintf("blas.%s: %s has %d elements, needs %d", fn, name, n, (rows-1)*ld+cols))
 		}
 	}
-	need("a", a, rowsA, colsA, lda)
-	need("b", b, rowsB, colsB, ldb)
-	need("c", c, m, n, ldc)
+	need("a", lenA, rowsA, colsA, lda)
+	need("b", lenB, rowsB, colsB, ldb)
+	need("c", lenC, m, n, ldc)
 }
 
 func scaleC(m, n int, beta float32, c []float32, ldc int) {

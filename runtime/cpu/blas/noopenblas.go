@@ -23,3 +23,13 @@ func openblasSgemm(transA, transB bool, m, n, k int, alpha float32, a []float32,
 func openblasSgemmThreads(threads int, transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) bool {
 	panic("blas: OpenBLAS is not compiled in")
 }
+
+func openblasHasSbgemm() bool { return false }
+
+func openblasSbgemm(transA, transB bool, m, n, k int, alpha float32, a []uint16, lda int, b []uint16, ldb int, beta float32, c []float32, ldc int) {
+	panic("blas: OpenBLAS is not compiled in")
+}
+
+func openblasSbgemmThreads(threads int, transA, transB bool, m, n, k int, alpha float32, a []uint16, lda int, b []uint16, ldb int, beta float32, c []float32, ldc int) bool {
+	panic("blas: OpenBLAS is not compiled in")
+}

@@ -9,12 +9,15 @@ package blas
 
 typedef void (*sgemm_fn)(int order, int transA, int transB, int m, int n, int k,
 	float alpha, const float *a, int lda, const float *b, int ldb, float beta, float *c, int ldc);
+typedef void (*sbgemm_fn)(int order, int transA, int transB, int m, int n, int k,
+	float alpha, const unsigned short *a, int lda, const unsigned short *b, int ldb, float beta, float *c, int ldc);
 typedef char *(*config_fn)(void);
 typedef int (*threads_fn)(void);
 typedef void (*set_threads_fn)(int);
 typedef char *(*corename_fn)(void);
 
 static sgemm_fn stx_sgemm;
+static sbgemm_fn stx_sbgemm;
 static config_fn stx_config;
 static threads_fn stx_threads;
 static set_threads_fn stx_set_threads;
@@ -26,6 +29,8 @@ static int stx_blas_open(const char *name) {
 	if (!h) return 1;
 	stx_sgemm = (sgemm_fn)dlsym(h, "cblas_sgemm");
 	if (!stx_sgemm) { dlclose(h); return 2; }
+	// Optional: OpenBLAS exports it only when built with BUILD_BFLOAT16 (Debian's 0.3.21 is not).
+	stx_sbgemm = (sbgemm_fn)dlsym(h, "cblas_sbgemm");
 	stx_config = (config_fn)dlsym(h, "openblas_get_config");
 	stx_threads = (threads_fn)dlsym(h, "openblas_get_num_threads");
 	stx_corename = (corename_fn)dlsym(h, "openblas_get_corename");
@@ -34,6 +39,23 @@ static int stx_blas_open(const char *name) {
 	stx_set_threads = (set_threads_fn)dlsym(h, "openblas_set_num_threads");
 	if (stx_set_threads) stx_set_threads(1);
 	return 0;
+}
+
+static int stx_blas_has_sbgemm(void) { return stx_sbgemm != 0; }
+
+static void stx_blas_sbgemm(int transA, int transB, int m, int n, int k, float alpha,
+	const unsigned short *a, int lda, const unsigned short *b, int ldb, float beta, float *c, int ldc) {
+	stx_sbgemm(101, transA ? 112 : 111, transB ? 112 : 111, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
+// stx_blas_sbgemm_threads is stx_blas_sgemm_threads for cblas_sbgemm.
+static int stx_blas_sbgemm_threads(int threads, int transA, int transB, int m, int n, int k, float alpha,
+	const unsigned short *a, int lda, const unsigned short *b, int ldb, float beta, float *c, int ldc) {
+	if (!stx_set_threads) return 0;
+	stx_set_threads(threads);
+	stx_blas_sbgemm(transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+	stx_set_threads(1);
+	return 1;
 }
 
 static const char *stx_blas_config(void) { return stx_config ? stx_config() : ""; }
@@ -150,6 +172,21 @@ func openblasSgemmThreads(threads int, transA, transB bool, m, n, k int, alpha f
 	return C.stx_blas_sgemm_threads(C.int(threads), cbool(transA), cbool(transB), C.int(m), C.int(n), C.int(k), C.float(alpha),
 		(*C.float)(unsafe.Pointer(&a[0])), C.int(lda), (*C.float)(unsafe.Pointer(&b[0])), C.int(ldb),
 		C.float(beta), (*C.float)(unsafe.Pointer(&c[0])), C.int(ldc)) != 0
+}
+
+// openblasHasSbgemm says whether the loaded OpenBLAS exports cblas_sbgemm.
+func openblasHasSbgemm() bool { return Available() && C.stx_blas_has_sbgemm() != 0 }
+
+func ushortPtr(s []uint16) *C.ushort { return (*C.ushort)(unsafe.Pointer(unsafe.SliceData(s))) }
+
+func openblasSbgemm(transA, transB bool, m, n, k int, alpha float32, a []uint16, lda int, b []uint16, ldb int, beta float32, c []float32, ldc int) {
+	C.stx_blas_sbgemm(cbool(transA), cbool(transB), C.int(m), C.int(n), C.int(k), C.float(alpha),
+		ushortPtr(a), C.int(lda), ushortPtr(b), C.int(ldb), C.float(beta), (*C.float)(unsafe.Pointer(&c[0])), C.int(ldc))
+}
+
+func openblasSbgemmThreads(threads int, transA, transB bool, m, n, k int, alpha float32, a []uint16, lda int, b []uint16, ldb int, beta float32, c []float32, ldc int) bool {
+	return C.stx_blas_sbgemm_threads(C.int(threads), cbool(transA), cbool(transB), C.int(m), C.int(n), C.int(k), C.float(alpha),
+		ushortPtr(a), C.int(lda), ushortPtr(b), C.int(ldb), C.float(beta), (*C.float)(unsafe.Pointer(&c[0])), C.int(ldc)) != 0
 }
 
 func cbool(b bool) C.int {
