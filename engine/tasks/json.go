@@ -21,13 +21,21 @@ func loadJSONCols(path string, cols columns) ([]Example, shape, error) {
 		return nil, 0, err
 	}
 	// A JSON array is read whole (JSONL is read line by line): bounded, so
-	// that a huge or endless file is refused instead of filling memory.
-	data, err := io.ReadAll(io.LimitReader(f, maxJSONBytes+1))
+	// that a huge file is refused at once (by its size) instead of filling
+	// memory.
+	tooBig := false
+	if st, err := f.Stat(); err == nil && st.Size() > maxJSONBytes {
+		tooBig = true
+	}
+	var data []byte
+	if !tooBig {
+		data, err = io.ReadAll(io.LimitReader(f, maxJSONBytes+1))
+	}
 	f.Close()
 	if err != nil {
 		return nil, 0, fmt.Errorf("read dataset %s: %w", path, err)
 	}
-	if len(data) > maxJSONBytes {
+	if tooBig || len(data) > maxJSONBytes {
 		return nil, 0, fmt.Errorf("%s: a JSON dataset is read whole, and this one is over %d MiB: convert it to JSONL (one record per line), which is read line by line", path, maxJSONBytes>>20)
 	}
 	data = bytes.TrimPrefix(data, []byte("\xef\xbb\xbf"))

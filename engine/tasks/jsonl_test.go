@@ -239,3 +239,21 @@ func TestDatasetInputFaults(t *testing.T) {
 		t.Errorf("ForKind: %v", err)
 	}
 }
+
+// TestHugeJSONRefusedBySize: a JSON dataset larger than the bound (here a
+// sparse file) is refused by its size, before anything is read.
+func TestHugeJSONRefusedBySize(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "huge.json")
+	f, err := os.Create(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Truncate(maxJSONBytes + 1); err != nil {
+		t.Skip("no sparse files here:", err)
+	}
+	f.Close()
+	_, err = LoadDataset("json", p, schema.Columns{})
+	if err == nil || !strings.Contains(err.Error(), "convert it to JSONL") {
+		t.Errorf("got %v", err)
+	}
+}
