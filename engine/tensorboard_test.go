@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"stx.dev/stx/internal/pyref"
+
 	"stx.dev/stx/engine/rundir"
 	"stx.dev/stx/engine/tensorboard"
 )
@@ -335,55 +337,20 @@ func TestTensorBoardOpenErrorWarns(t *testing.T) {
 	}
 }
 
-// userCacheDir is STX_CACHE_DIR as the test binary was started with: initialised before
-// TestMain gives the tests a cache of their own.
-var userCacheDir = os.Getenv("STX_CACHE_DIR")
-
-// tensorBoardDir is where scripts/fetch-tensorboard.sh installs TensorBoard.
-func tensorBoardDir() string {
-	if d := os.Getenv("STX_TENSORBOARD_DIR"); d != "" {
-		return d
-	}
-	cache := userCacheDir
-	if cache == "" {
-		base := os.Getenv("XDG_CACHE_HOME")
-		if base == "" {
-			home, _ := os.UserHomeDir()
-			base = filepath.Join(home, ".cache")
-		}
-		cache = filepath.Join(base, "stx")
-	}
-	return filepath.Join(cache, "pyref", "tensorboard")
-}
-
 // TestTensorBoardReadsRun: TensorBoard's own reader (EventAccumulator, through
 // scripts/tb-read.py) reads a run's tb/ directory: every metrics.jsonl value at its step as a
 // float32 scalar, the recipe as text at step 0, the episodes as text. It skips when TensorBoard
 // is not installed (scripts/fetch-tensorboard.sh), except under CI=true, where that fails.
 func TestTensorBoardReadsRun(t *testing.T) {
-	missing := func(format string, args ...any) {
-		t.Helper()
-		if os.Getenv("CI") == "true" {
-			t.Fatalf(format+" (CI=true: run scripts/fetch-tensorboard.sh)", args...)
-		}
-		t.Skipf(format+"; run scripts/fetch-tensorboard.sh", args...)
-	}
-	ref := tensorBoardDir()
-	if _, err := os.Stat(filepath.Join(ref, "tensorboard")); err != nil {
-		missing("TensorBoard is not installed in %s", ref)
-	}
-	python, err := exec.LookPath("python3")
-	if err != nil {
-		missing("no python3 to run TensorBoard")
-	}
+	ref := pyref.Require(t, "tensorboard", os.Getenv("STX_TENSORBOARD_DIR"), "tensorboard", "fetch-tensorboard.sh")
 	res, err := Run(context.Background(), runCatalog(t, "sft", tbSFT...), "sft", RunOptions{RunsDir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, python, filepath.Join("..", "scripts", "tb-read.py"), filepath.Join(res.Dir, TensorBoardDir))
-	cmd.Env = append(os.Environ(), "STX_TENSORBOARD_DIR="+ref)
+	cmd := exec.CommandContext(ctx, ref.Python, filepath.Join("..", "scripts", "tb-read.py"), filepath.Join(res.Dir, TensorBoardDir))
+	cmd.Env = append(os.Environ(), "STX_TENSORBOARD_DIR="+ref.Dir)
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()

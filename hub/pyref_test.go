@@ -4,38 +4,18 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"fmt"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"testing"
 	"time"
 
 	"stx.dev/stx/hub/hubtest"
+	"stx.dev/stx/internal/pyref"
 )
 
-// hfhubDir is where scripts/fetch-hfhub.sh installs huggingface_hub.
-func hfhubDir() string {
-	cache := os.Getenv("STX_CACHE_DIR")
-	if cache == "" {
-		base := os.Getenv("XDG_CACHE_HOME")
-		if base == "" {
-			home, _ := os.UserHomeDir()
-			base = filepath.Join(home, ".cache")
-		}
-		cache = filepath.Join(base, "stx")
-	}
-	return filepath.Join(cache, "pyref", "hfhub")
-}
-
-// skipOrFail skips the test, or fails it under CI=true, where the reference must be there.
-func skipOrFail(t *testing.T, format string, args ...any) {
-	t.Helper()
-	msg := fmt.Sprintf(format, args...)
-	if os.Getenv("CI") == "true" {
-		t.Fatalf("%s (CI installs it with scripts/fetch-hfhub.sh)", msg)
-	}
-	t.Skipf("%s: run scripts/fetch-hfhub.sh", msg)
+// hfhub is huggingface_hub as scripts/fetch-hfhub.sh installs it.
+func hfhub(t *testing.T) pyref.Ref {
+	return pyref.Require(t, "hfhub", "", "huggingface_hub/__init__.py", "fetch-hfhub.sh")
 }
 
 type pyCheck struct {
@@ -49,28 +29,20 @@ type pyCheck struct {
 // runHFHub runs scripts/hfhub-check.py with huggingface_hub on the cache.
 func runHFHub(t *testing.T, cache, endpoint string, offline bool, req map[string][]pyCheck) (downloaded []string) {
 	t.Helper()
-	dir := hfhubDir()
-	if _, err := os.Stat(filepath.Join(dir, "huggingface_hub", "__init__.py")); err != nil {
-		skipOrFail(t, "no Python huggingface_hub reference in %s", dir)
-	}
-	python, err := exec.LookPath("python3")
-	if err != nil {
-		skipOrFail(t, "no python3 for the huggingface_hub reference")
-	}
+	ref := hfhub(t)
 	in, err := json.Marshal(req)
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, python, filepath.Join("..", "scripts", "hfhub-check.py"))
+	cmd := exec.CommandContext(ctx, ref.Python, filepath.Join("..", "scripts", "hfhub-check.py"))
 	off := "0"
 	if offline {
 		off = "1"
 	}
 	home := t.TempDir()
-	cmd.Env = append(os.Environ(), "PYTHONPATH="+dir, "PYTHONDONTWRITEBYTECODE=1", "PYTHONIOENCODING=utf-8",
-		"HF_HUB_CACHE="+cache, "HF_HOME="+home, "HF_HUB_OFFLINE="+off, "HF_ENDPOINT="+endpoint,
+	cmd.Env = ref.Env("HF_HUB_CACHE="+cache, "HF_HOME="+home, "HF_HUB_OFFLINE="+off, "HF_ENDPOINT="+endpoint,
 		"HF_TOKEN=", "HF_HUB_DISABLE_TELEMETRY=1", "HF_HUB_DISABLE_PROGRESS_BARS=1", "HF_HUB_DISABLE_XET=1",
 		"NO_PROXY=127.0.0.1,localhost", "no_proxy=127.0.0.1,localhost")
 	cmd.Stdin = bytes.NewReader(in)
@@ -100,9 +72,7 @@ func runHFHub(t *testing.T, cache, endpoint string, offline bool, req map[string
 // the right contents, and scans the cache without a warning; and stx finds, without a
 // request, what huggingface_hub itself downloaded from the same fake hub.
 func TestCacheMatchesHuggingfaceHub(t *testing.T) {
-	if _, err := os.Stat(filepath.Join(hfhubDir(), "huggingface_hub", "__init__.py")); err != nil {
-		skipOrFail(t, "no Python huggingface_hub reference in %s", hfhubDir())
-	}
+	hfhub(t)
 	s := fakeHub(t)
 	s.PageSize = 3
 	model := testModel(300)

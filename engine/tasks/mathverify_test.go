@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"stx.dev/stx/internal/pyref"
+
 	"stx.dev/stx/schema"
 )
 
@@ -113,23 +115,6 @@ func TestMathVerifyAgreement(t *testing.T) {
 	}
 }
 
-// mathVerifyDir is where scripts/fetch-mathverify.sh installs Math-Verify.
-func mathVerifyDir() string {
-	if d := os.Getenv("STX_MATHVERIFY_DIR"); d != "" {
-		return d
-	}
-	cache := os.Getenv("STX_CACHE_DIR")
-	if cache == "" {
-		base := os.Getenv("XDG_CACHE_HOME")
-		if base == "" {
-			home, _ := os.UserHomeDir()
-			base = filepath.Join(home, ".cache")
-		}
-		cache = filepath.Join(base, "stx")
-	}
-	return filepath.Join(cache, "pyref", "mathverify")
-}
-
 // TestMathVerifyLabels keeps the table honest: Math-Verify itself, run
 // over the cases by scripts/mathverify-labels.py, must give the committed
 // labels. It skips when Math-Verify is not installed
@@ -139,21 +124,8 @@ func mathVerifyDir() string {
 // repeated test passes of `make test` run Python once; any edit reruns it.
 func TestMathVerifyLabels(t *testing.T) {
 	t.Parallel()
-	missing := func(format string, args ...any) {
-		t.Helper()
-		if os.Getenv("CI") == "true" {
-			t.Fatalf(format+" (CI=true: run scripts/fetch-mathverify.sh)", args...)
-		}
-		t.Skipf(format+"; run scripts/fetch-mathverify.sh", args...)
-	}
-	dir := mathVerifyDir()
-	if _, err := os.Stat(filepath.Join(dir, "math_verify")); err != nil {
-		missing("Math-Verify is not installed in %s", dir)
-	}
-	python, err := exec.LookPath("python3")
-	if err != nil {
-		missing("no python3 to run Math-Verify")
-	}
+	ref := pyref.Require(t, "mathverify", os.Getenv("STX_MATHVERIFY_DIR"), "math_verify", "fetch-mathverify.sh")
+	dir := ref.Dir
 	cases := loadMathVerifyCases(t)
 	casesPath, err := filepath.Abs(mathVerifyCases)
 	if err != nil {
@@ -173,7 +145,7 @@ func TestMathVerifyLabels(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, python, script, casesPath)
+	cmd := exec.CommandContext(ctx, ref.Python, script, casesPath)
 	cmd.Env = append(os.Environ(), "STX_MATHVERIFY_DIR="+dir)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr

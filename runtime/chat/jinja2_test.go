@@ -11,6 +11,8 @@ import (
 	"sort"
 	"testing"
 	"time"
+
+	"stx.dev/stx/internal/pyref"
 )
 
 // The reference test: every case is rendered by stx and by Python's Jinja2
@@ -43,20 +45,6 @@ type refResult struct {
 	Error *string `json:"error"`
 }
 
-// pyrefDir is where scripts/fetch-jinja.sh installs Jinja2.
-func pyrefDir() string {
-	cache := os.Getenv("STX_CACHE_DIR")
-	if cache == "" {
-		base := os.Getenv("XDG_CACHE_HOME")
-		if base == "" {
-			home, _ := os.UserHomeDir()
-			base = filepath.Join(home, ".cache")
-		}
-		cache = filepath.Join(base, "stx")
-	}
-	return filepath.Join(cache, "pyref", "jinja")
-}
-
 // repoRoot is the module root (the directory holding go.mod).
 func repoRoot(t testing.TB) string {
 	dir, err := os.Getwd()
@@ -75,36 +63,18 @@ func repoRoot(t testing.TB) string {
 	}
 }
 
-// skipOrFail skips the test, or fails it under CI=true, where the reference
-// must be there.
-func skipOrFail(t *testing.T, format string, args ...any) {
-	t.Helper()
-	msg := fmt.Sprintf(format, args...)
-	if os.Getenv("CI") == "true" {
-		t.Fatalf("%s (CI installs it with scripts/fetch-jinja.sh)", msg)
-	}
-	t.Skipf("%s: run scripts/fetch-jinja.sh", msg)
-}
-
 // pythonRender renders the cases with Python's Jinja2, in one process.
 func pythonRender(t *testing.T, cases []refCase) []refResult {
 	t.Helper()
-	dir := pyrefDir()
-	if _, err := os.Stat(filepath.Join(dir, "jinja2", "__init__.py")); err != nil {
-		skipOrFail(t, "no Python Jinja2 reference in %s", dir)
-	}
-	python, err := exec.LookPath("python3")
-	if err != nil {
-		skipOrFail(t, "no python3 for the Jinja2 reference")
-	}
+	ref := pyref.Require(t, "jinja", "", "jinja2/__init__.py", "fetch-jinja.sh")
 	in, err := json.Marshal(cases)
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, python, filepath.Join(repoRoot(t), "scripts", "render-chat.py"))
-	cmd.Env = append(os.Environ(), "PYTHONPATH="+dir, "PYTHONDONTWRITEBYTECODE=1", "PYTHONIOENCODING=utf-8")
+	cmd := exec.CommandContext(ctx, ref.Python, filepath.Join(repoRoot(t), "scripts", "render-chat.py"))
+	cmd.Env = ref.Env()
 	cmd.Stdin = bytes.NewReader(in)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
