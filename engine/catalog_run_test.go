@@ -32,8 +32,9 @@ func TestEveryCatalogRecipeRuns(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(base.Names) < len(wantRecipes) {
-		t.Fatalf("%d recipes in the built-in catalog, want at least %d", len(base.Names), len(wantRecipes))
+	// The recipes run are the catalog's own (TestCatalogVets checks that none went missing).
+	if len(base.Names) == 0 {
+		t.Fatal("the built-in catalog has no recipes")
 	}
 	for _, name := range base.Names {
 		t.Run(name, func(t *testing.T) {

@@ -526,6 +526,23 @@ func TestEveryHotKnobIsClassified(t *testing.T) {
 			t.Errorf("hot knob %s is refused: %s (mark it @knob(cold))", d.Name, why)
 		}
 	}
+	// The other way: the table names only the schema's hot knobs, so it never
+	// keeps a knob the schema made cold or removed.
+	hot := map[string]bool{}
+	for _, d := range docs {
+		hot[d.Name] = d.Hot
+	}
+	for name := range hotKnobUses {
+		if isHot, known := hot[name]; !known {
+			t.Errorf("hotKnobUses classifies %s, which is no knob of the schema", name)
+		} else if !isHot {
+			t.Errorf("hotKnobUses classifies %s, which the schema marks @knob(cold)", name)
+		}
+	}
+	// An unclassified hot knob is refused, not taken.
+	if use, why := hotKnobUse("no_such_knob"); use != 0 || why == "" {
+		t.Errorf("hotKnobUse of an unclassified knob = %v, %q; want 0 and a reason", use, why)
+	}
 }
 
 // TestHotKnobsReachSamplerAndSpecialization: a reload reaches the sampler and,

@@ -62,30 +62,47 @@ const (
 	useHost
 )
 
-// hotKnobUse classifies the schema's hot knobs for this engine. Knobs that
-// are constants of a compiled graph (dual_clip_c, β, weight decay, ...) are
-// @knob(cold) in the schema, so `stx knobs` tells users the truth. A hot knob missing here (a
-// schema change) gets 0 and is refused: it can never slip into a running job
-// unread. TestEveryHotKnobIsClassified keeps the table complete.
+// hotKnobUses classifies the schema's hot knobs for this engine: it is the one
+// place besides the schema's @knob(hot) annotations that names them, and says
+// only what the schema cannot (how the engine reads each). Knobs that are
+// constants of a compiled graph (dual_clip_c, β, weight decay, ...) are
+// @knob(cold) in the schema, so `stx knobs` tells users the truth. A hot knob
+// missing here (a schema change) gets 0 and is refused: it can never slip into
+// a running job unread; no default use is safe, since a knob compiled into a
+// loss would be taken and never read. TestEveryHotKnobIsClassified derives the
+// hot set from schema.KnobDocs and requires this table to equal it.
+var hotKnobUses = func() map[string]knobUse {
+	m := map[string]knobUse{}
+	for use, names := range map[knobUse][]string{
+		useLoop: {"num_rollout", "total_batches", "total_epochs", "num_train_passes",
+			"temperature", "top_p", "top_k",
+			"eval_every", "save_every", "keep_checkpoints", "log_episodes_every",
+			"n_val_samples_per_prompt", "max_val_prompts", "correct_threshold",
+			"min_trajs_per_group", "filter_uniform_groups", "min_partial_solve_tasks",
+			"dynamic_sampling", "max_num_gen_batches", "rollout_retries"},
+		useSchedule: {"lr", "lr_schedule", "warmup_ratio", "warmup_steps", "min_lr_ratio"},
+		useHost: {"entropy_coef", "kl_loss_coef", "kl_coef",
+			"norm_adv_by_std", "adv_epsilon", "std_ddof", "gamma", "lambda", "whiten_advantages",
+			"kl_penalty_coef", "kl_discount_factor",
+			"beta_start", "beta_end", "beta_decay_rollouts",
+			"flow_sigma_sampling",
+			// The actor's PPO/GSPO/CISPO clip bounds are scalar batch inputs.
+			"clip_ratio_low", "clip_ratio_high", "gspo_seq_logratio_max", "cispo_clip_low", "cispo_clip_high"},
+	} {
+		for _, n := range names {
+			if _, dup := m[n]; dup {
+				panic("engine: hot knob " + n + " classified twice")
+			}
+			m[n] = use
+		}
+	}
+	return m
+}()
+
+// hotKnobUse says how this engine reads hot knob name, or 0 and why it cannot.
 func hotKnobUse(name string) (knobUse, string) {
-	switch name {
-	case "num_rollout", "total_batches", "total_epochs", "num_train_passes",
-		"temperature", "top_p", "top_k",
-		"eval_every", "save_every", "keep_checkpoints", "log_episodes_every",
-		"n_val_samples_per_prompt", "max_val_prompts", "correct_threshold",
-		"min_trajs_per_group", "filter_uniform_groups", "min_partial_solve_tasks",
-		"dynamic_sampling", "max_num_gen_batches", "rollout_retries":
-		return useLoop, ""
-	case "lr", "lr_schedule", "warmup_ratio", "warmup_steps", "min_lr_ratio":
-		return useSchedule, ""
-	case "entropy_coef", "kl_loss_coef", "kl_coef",
-		"norm_adv_by_std", "adv_epsilon", "std_ddof", "gamma", "lambda", "whiten_advantages",
-		"kl_penalty_coef", "kl_discount_factor",
-		"beta_start", "beta_end", "beta_decay_rollouts",
-		"flow_sigma_sampling",
-		// The actor's PPO/GSPO/CISPO clip bounds are scalar batch inputs.
-		"clip_ratio_low", "clip_ratio_high", "gspo_seq_logratio_max", "cispo_clip_low", "cispo_clip_high":
-		return useHost, ""
+	if use, ok := hotKnobUses[name]; ok {
+		return use, ""
 	}
 	return 0, "not known to this engine's hot reload"
 }

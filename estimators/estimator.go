@@ -39,6 +39,14 @@ type Input struct {
 	// Baselines[g][i] is an external per-trajectory baseline (ReMax: the reward of the greedy
 	// rollout of the same prompt). Baselines[g] is nil when group g has none.
 	Baselines [][]float64
+	// The trajectory facts below are OutcomeInput's (see there); RolloutAdvantages fills them
+	// for every outcome estimator. Nil when the caller has none.
+	Lengths     [][]int
+	Steps       [][]int
+	GroupIDs    []string
+	TaskIDs     [][]string
+	DataSources [][]string
+	RowColumns  map[string][][]float64
 
 	// Mask[b][t] is 1 for trainable tokens of row b (a step's full sequence), else 0.
 	Mask [][]float64
@@ -78,14 +86,108 @@ type Estimator interface {
 	Estimate(in Input, cfg Config) (Output, error)
 }
 
-// OutcomeFunc computes one advantage per trajectory from grouped rewards (and optional
-// per-trajectory baselines): the shape of every outcome estimator.
-type OutcomeFunc func(rewards, baselines [][]float64, cfg Config) ([][]float64, error)
+// OutcomeInput is everything an outcome estimator may read about one role's advantage batch,
+// grouped like Rewards: [g][i] is trajectory i of group g (one group per prompt). Every
+// per-trajectory field other than Rewards is nil when the caller has none; RolloutAdvantages
+// fills all of them (Baselines only from a greedy_reward column), so that a new estimator that
+// reads them needs no plumbing.
+type OutcomeInput struct {
+	// Rewards[g][i] is the scalar reward of trajectory i of group g (checked finite).
+	Rewards [][]float64
+	// Baselines[g][i] is an external per-trajectory baseline (ReMax: the reward of the greedy
+	// rollout of the same prompt). Baselines[g] is nil when group g has none.
+	Baselines [][]float64
+	// Lengths[g][i] is the number of response tokens of the trajectory: its trainable
+	// (mask ≠ 0) tokens summed over its steps.
+	Lengths [][]int
+	// Steps[g][i] is the number of rows (model calls) of the trajectory.
+	Steps [][]int
+	// GroupIDs[g] is the group's key (the rollout's GroupID: task id and role).
+	GroupIDs []string
+	// TaskIDs[g][i] and DataSources[g][i] are the trajectory's task and dataset.
+	TaskIDs     [][]string
+	DataSources [][]string
+	// RowColumns[key][g][i] is the rollout's per-row column key (is_correct, greedy_reward,
+	// ...) at the trajectory's first row.
+	RowColumns map[string][][]float64
+}
 
-// NewOutcome wraps an OutcomeFunc as an Outcome-level Estimator, the easy way to register a
-// custom group-baseline estimator. Input rewards are checked to be finite before fn runs.
-func NewOutcome(name string, fn OutcomeFunc) Estimator {
+// Outcome returns the outcome estimators' part of in.
+func (in Input) Outcome() OutcomeInput {
+	return OutcomeInput{Rewards: in.Rewards, Baselines: in.Baselines, Lengths: in.Lengths, Steps: in.Steps,
+		GroupIDs: in.GroupIDs, TaskIDs: in.TaskIDs, DataSources: in.DataSources, RowColumns: in.RowColumns}
+}
+
+// check reports an optional field whose shape does not match Rewards, or a negative length.
+func (in OutcomeInput) check() error {
+	if in.GroupIDs != nil && len(in.GroupIDs) != len(in.Rewards) {
+		return fmt.Errorf("%d group ids for %d groups", len(in.GroupIDs), len(in.Rewards))
+	}
+	for _, f := range []struct {
+		what string
+		lens func(g int) int
+		n    int
+	}{
+		{"lengths", func(g int) int { return len(in.Lengths[g]) }, len(in.Lengths)},
+		{"steps", func(g int) int { return len(in.Steps[g]) }, len(in.Steps)},
+		{"task ids", func(g int) int { return len(in.TaskIDs[g]) }, len(in.TaskIDs)},
+		{"data sources", func(g int) int { return len(in.DataSources[g]) }, len(in.DataSources)},
+	} {
+		if f.n == 0 {
+			continue
+		}
+		if f.n != len(in.Rewards) {
+			return fmt.Errorf("%s: %d groups, want %d", f.what, f.n, len(in.Rewards))
+		}
+		for g := range in.Rewards {
+			if f.lens(g) != len(in.Rewards[g]) {
+				return fmt.Errorf("%s: group %d: %d values for %d trajectories", f.what, g, f.lens(g), len(in.Rewards[g]))
+			}
+		}
+	}
+	for g, ls := range in.Lengths {
+		for i, l := range ls {
+			if l < 0 {
+				return fmt.Errorf("group %d trajectory %d: length %d is negative", g, i, l)
+			}
+		}
+	}
+	for key, col := range in.RowColumns {
+		if len(col) != len(in.Rewards) {
+			return fmt.Errorf("row column %q: %d groups, want %d", key, len(col), len(in.Rewards))
+		}
+		for g := range col {
+			if len(col[g]) != len(in.Rewards[g]) {
+				return fmt.Errorf("row column %q: group %d: %d values for %d trajectories", key, g, len(col[g]), len(in.Rewards[g]))
+			}
+		}
+	}
+	return nil
+}
+
+// OutcomeFunc computes one advantage per trajectory, shaped like in.Rewards: the shape of every
+// outcome estimator. It receives the whole OutcomeInput and reads what it needs.
+type OutcomeFunc func(in OutcomeInput, cfg Config) ([][]float64, error)
+
+// NewOutcomeEstimator wraps an OutcomeFunc as an Outcome-level Estimator. Rewards are checked
+// to be finite, and the optional fields to match their shape, before fn runs; fn's result is
+// checked to have Rewards' shape.
+func NewOutcomeEstimator(name string, fn OutcomeFunc) Estimator {
 	return outcomeEstimator{name: name, fn: fn}
+}
+
+// RewardsFunc is an outcome estimator that reads only rewards and baselines.
+type RewardsFunc func(rewards, baselines [][]float64, cfg Config) ([][]float64, error)
+
+// NewOutcome is NewOutcomeEstimator for a RewardsFunc, the shortest way to register a custom
+// group-baseline estimator.
+func NewOutcome(name string, fn RewardsFunc) Estimator {
+	if fn == nil {
+		return outcomeEstimator{name: name}
+	}
+	return outcomeEstimator{name: name, fn: func(in OutcomeInput, cfg Config) ([][]float64, error) {
+		return fn(in.Rewards, in.Baselines, cfg)
+	}}
 }
 
 type outcomeEstimator struct {
@@ -100,7 +202,14 @@ func (e outcomeEstimator) Estimate(in Input, cfg Config) (Output, error) {
 	if err := checkFiniteGroups("reward", in.Rewards); err != nil {
 		return Output{}, fmt.Errorf("%s: %w", e.name, err)
 	}
-	adv, err := e.fn(in.Rewards, in.Baselines, cfg)
+	if e.fn == nil {
+		return Output{}, fmt.Errorf("%s: no estimator function", e.name)
+	}
+	oin := in.Outcome()
+	if err := oin.check(); err != nil {
+		return Output{}, fmt.Errorf("%s: %w", e.name, err)
+	}
+	adv, err := e.fn(oin, cfg)
 	if err != nil {
 		return Output{}, fmt.Errorf("%s: %w", e.name, err)
 	}

@@ -18,23 +18,23 @@ const (
 )
 
 func init() {
-	MustRegister(WithNeeds(NewOutcome(GRPO, func(r, _ [][]float64, cfg Config) ([][]float64, error) {
-		return GRPOAdvantages(r, cfg.NormByStd, cfg.Epsilon, cfg.StdDDOF), nil
+	MustRegister(WithNeeds(NewOutcomeEstimator(GRPO, func(in OutcomeInput, cfg Config) ([][]float64, error) {
+		return GRPOAdvantages(in.Rewards, cfg.NormByStd, cfg.Epsilon, cfg.StdDDOF), nil
 	}), Needs{Groups: true}))
-	MustRegister(WithNeeds(NewOutcome(DrGRPO, func(r, _ [][]float64, cfg Config) ([][]float64, error) {
-		return GRPOAdvantages(r, false, cfg.Epsilon, cfg.StdDDOF), nil
+	MustRegister(WithNeeds(NewOutcomeEstimator(DrGRPO, func(in OutcomeInput, cfg Config) ([][]float64, error) {
+		return GRPOAdvantages(in.Rewards, false, cfg.Epsilon, cfg.StdDDOF), nil
 	}), Needs{Groups: true}))
-	MustRegister(NewOutcome(Reinforce, func(r, _ [][]float64, _ Config) ([][]float64, error) {
-		return ReinforceAdvantages(r), nil
+	MustRegister(NewOutcomeEstimator(Reinforce, func(in OutcomeInput, _ Config) ([][]float64, error) {
+		return ReinforceAdvantages(in.Rewards), nil
 	}))
-	MustRegister(WithNeeds(NewOutcome(ReinforcePPBaseline, func(r, _ [][]float64, cfg Config) ([][]float64, error) {
-		return ReinforcePPBaselineAdvantages(r, cfg.Epsilon, cfg.StdDDOF), nil
+	MustRegister(WithNeeds(NewOutcomeEstimator(ReinforcePPBaseline, func(in OutcomeInput, cfg Config) ([][]float64, error) {
+		return ReinforcePPBaselineAdvantages(in.Rewards, cfg.Epsilon, cfg.StdDDOF), nil
 	}), Needs{Groups: true}))
-	MustRegister(WithNeeds(NewOutcome(RLOO, func(r, _ [][]float64, _ Config) ([][]float64, error) {
-		return RLOOAdvantages(r), nil
+	MustRegister(WithNeeds(NewOutcomeEstimator(RLOO, func(in OutcomeInput, _ Config) ([][]float64, error) {
+		return RLOOAdvantages(in.Rewards), nil
 	}), Needs{Groups: true}))
-	MustRegister(WithNeeds(NewOutcome(ReMax, func(r, b [][]float64, _ Config) ([][]float64, error) {
-		return ReMaxAdvantages(r, b)
+	MustRegister(WithNeeds(NewOutcomeEstimator(ReMax, func(in OutcomeInput, _ Config) ([][]float64, error) {
+		return ReMaxAdvantages(in.Rewards, in.Baselines)
 	}), Needs{GreedyBaseline: true}))
 	MustRegister(WithNeeds(gaeEstimator{}, Needs{Values: true}))
 	MustRegister(precomputedEstimator{})

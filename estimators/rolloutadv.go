@@ -15,8 +15,10 @@ import (
 // Rows of one trajectory share a Traj value (without a Traj column every row is a trajectory);
 // a trajectory's reward is its first row's Reward. Outcome estimators group trajectories by
 // GroupID (without one, every trajectory is its own group), read baselines from
-// Row[rollout.KeyGreedyReward], and broadcast the advantage over Mask. Token estimators see the rows as
-// they are: values from Tok[rollout.KeyValues], per-token shaping from Tok[rollout.KeyTokenRewards] plus the
+// Row[rollout.KeyGreedyReward], and broadcast the advantage over Mask; they also receive every
+// trajectory's length (trainable tokens over its rows), step count, group, task and data source
+// ids and every Row column at its first row (OutcomeInput), so no estimator needs plumbing.
+// Token estimators see the rows as they are: values from Tok[rollout.KeyValues], per-token shaping from Tok[rollout.KeyTokenRewards] plus the
 // trajectory reward on the trajectory's last trainable token, supplied advantages (for
 // "precomputed") from Tok[rollout.KeyAdvantages]; their rows of a trajectory must be consecutive.
 // Without a Mask column, response tokens (after PromptLen) are trainable.
@@ -102,8 +104,24 @@ func rolloutOutcome(r *rollout.Rollout, est Estimator, cfg Config, traj []int, m
 	groupOf := map[string]int{}
 	var in Input
 	greedy := r.Row[rollout.KeyGreedyReward]
+	rowKeys := make([]string, 0, len(r.Row))
+	for key := range r.Row {
+		rowKeys = append(rowKeys, key)
+	}
+	if len(rowKeys) > 0 {
+		in.RowColumns = make(map[string][][]float64, len(rowKeys))
+	}
+	appendStr := func(col []string, dst [][]string, g, b int) [][]string {
+		if col == nil {
+			return nil
+		}
+		return appendAt(dst, g, col[b])
+	}
 	for b := range r.Tokens {
-		if _, ok := trajPos[traj[b]]; ok {
+		if p, ok := trajPos[traj[b]]; ok {
+			// A further step of the trajectory: it adds its response tokens and one step.
+			in.Lengths[p.g][p.i] += trainable(mask[b])
+			in.Steps[p.g][p.i]++
 			continue
 		}
 		key := fmt.Sprint("traj ", traj[b])
@@ -116,11 +134,21 @@ func rolloutOutcome(r *rollout.Rollout, est Estimator, cfg Config, traj []int, m
 			groupOf[key] = g
 			in.Rewards = append(in.Rewards, nil)
 			in.Baselines = append(in.Baselines, nil)
+			in.Lengths = append(in.Lengths, nil)
+			in.Steps = append(in.Steps, nil)
+			in.GroupIDs = append(in.GroupIDs, key)
 		}
 		trajPos[traj[b]] = pos{g, len(in.Rewards[g])}
 		in.Rewards[g] = append(in.Rewards[g], r.Reward[b])
 		if greedy != nil {
 			in.Baselines[g] = append(in.Baselines[g], greedy[b])
+		}
+		in.Lengths[g] = append(in.Lengths[g], trainable(mask[b]))
+		in.Steps[g] = append(in.Steps[g], 1)
+		in.TaskIDs = appendStr(r.TaskID, in.TaskIDs, g, b)
+		in.DataSources = appendStr(r.DataSource, in.DataSources, g, b)
+		for _, k := range rowKeys {
+			in.RowColumns[k] = appendAt(in.RowColumns[k], g, r.Row[k][b])
 		}
 	}
 	out, err := est.Estimate(in, cfg)
@@ -213,6 +241,26 @@ func rolloutToken(r *rollout.Rollout, est Estimator, cfg Config, traj []int, mas
 		}
 	}
 	return out, nil
+}
+
+// appendAt appends v to dst[g], growing dst to g+1 groups (groups are created in order).
+func appendAt[T any](dst [][]T, g int, v T) [][]T {
+	for len(dst) <= g {
+		dst = append(dst, nil)
+	}
+	dst[g] = append(dst[g], v)
+	return dst
+}
+
+// trainable counts the trainable (mask ≠ 0) tokens of a row.
+func trainable(mask []float64) int {
+	n := 0
+	for _, m := range mask {
+		if m != 0 {
+			n++
+		}
+	}
+	return n
 }
 
 // ZeroAdvantageTol is the magnitude under which an advantage counts as zero in fraction_zero.

@@ -1,7 +1,10 @@
 package specializations
 
 import (
+	"fmt"
+	"maps"
 	"math/rand/v2"
+	"os"
 	"sync"
 	"testing"
 
@@ -12,20 +15,32 @@ import (
 	"stx.dev/stx/schema"
 )
 
-// defaultKnobs are the schema's defaults of the knobs the specializations read.
+// defaultKnobs are the schema's defaults of every knob: those of a recipe that
+// sets none, as `stx vet` resolves it (so a knob added to the schema, or a
+// default changed there, reaches these tests without a copy kept here).
 func defaultKnobs() schema.Knobs {
-	return schema.Knobs{
-		LossAggMode: "token-mean", PolicyLoss: "ppo", ClipRatioLow: 0.2, ClipRatioHigh: 0.2,
-		GSPOSeqLogRatioMax: 10, CISPOClipHigh: 4, DROBeta: 0.05, ClipRangeValue: 0.5,
-		KLLossCoef: 0.001, KLEstimator: "k3", KLGrad: "direct", KLCoef: 0.001,
-		Estimator: "grpo", NormAdvByStd: true, AdvEpsilon: 1e-6, Gamma: 1, Lambda: 1, WhitenAdvantages: true,
-		Beta: 0.1, DPOLossType: "sigmoid", IPOLengthNormalize: true, SimPOGamma: 1, ORPOLambda: 0.1,
-		KTODesirableWeight: 1, KTOUndesirableWeight: 1,
-		KLPenaltyCoef: 1, GKDBeta: 0.5, GKDLambda: 0.5, GKDTemperature: 1, BetaStart: 1, BetaEnd: 0,
-		BetaDecayRollouts: 10, K3Grad: "direct", AggrevateCandidates: 4,
-		FlowSteps: 10, FlowNoiseLevel: 0.7, FlowSigmaSampling: "uniform", FlowClipEps: 1e-4,
+	k, err := schemaDefaults()
+	if err != nil {
+		panic(fmt.Sprintf("the schema's knob defaults: %v", err))
 	}
+	k.EstimatorMap = maps.Clone(k.EstimatorMap)
+	return k
 }
+
+// schemaDefaults resolves a recipe of one role that sets no knob, once.
+var schemaDefaults = sync.OnceValues(func() (schema.Knobs, error) {
+	src := "package x\nrecipes: defaults: roles: [{name: \"p\", specialization: \"sft\"}]\n"
+	dir, err := os.MkdirTemp("", "stx-defaults-")
+	if err != nil {
+		return schema.Knobs{}, err
+	}
+	defer os.RemoveAll(dir)
+	cat, err := schema.Load([]string{"r.cue"}, schema.Options{Dir: dir, Sources: map[string][]byte{"r.cue": []byte(src)}})
+	if err != nil {
+		return schema.Knobs{}, err
+	}
+	return cat.Recipes["defaults"].Knobs, nil
+})
 
 var (
 	backendOnce sync.Once

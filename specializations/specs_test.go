@@ -65,6 +65,23 @@ func specCases() []specCase {
 	}
 }
 
+// TestEverySpecializationHasACase: specCases covers the registry, so the tests that
+// iterate it (prepared keys, loss goes down) never skip a new specialization.
+func TestEverySpecializationHasACase(t *testing.T) {
+	have := map[string]bool{}
+	for _, c := range specCases() {
+		if _, err := Get(c.name); err != nil {
+			t.Errorf("specCases: %v", err)
+		}
+		have[c.name] = true
+	}
+	for _, n := range Names() {
+		if !have[n] {
+			t.Errorf("specialization %q has no case in specCases (specs_test.go): add one", n)
+		}
+	}
+}
+
 func (c specCase) config(trainable bool) RoleConfig {
 	k := defaultKnobs()
 	if c.knobs != nil {

@@ -50,14 +50,21 @@ func AcquireLock(dir string) (*Lock, error) {
 	}
 	host, _ := os.Hostname()
 	owner, _ := json.Marshal(lockOwner{PID: os.Getpid(), Host: host, Since: time.Now().UTC().Truncate(time.Second)})
-	if err := l.f.Truncate(0); err == nil {
-		_, err = l.f.WriteAt(append(owner, '\n'), 0)
-	}
-	if err != nil {
+	if err := writeOwner(l.f, append(owner, '\n')); err != nil {
 		l.Release()
 		return nil, fmt.Errorf("lock %s: %w", path, err)
 	}
 	return l, nil
+}
+
+// writeOwner replaces the lock file's content with the owner line; a test
+// replaces it to fail.
+var writeOwner = func(f *os.File, line []byte) error {
+	if err := f.Truncate(0); err != nil {
+		return err
+	}
+	_, err := f.WriteAt(line, 0)
+	return err
 }
 
 // Path is the lock file.
