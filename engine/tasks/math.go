@@ -437,7 +437,9 @@ func envAt(text string, i int) (candidate, bool) {
 			}
 		}
 	case strings.HasPrefix(rest, `\[`) && !prevBackslash:
-		if k := strings.Index(text[i+3:], `\]`); k >= 0 {
+		// The content has at least one byte: the search starts past it
+		// (and past the end of a text that is only "\[").
+		if k := strings.Index(text[min(i+3, len(text)):], `\]`); k >= 0 {
 			k += i + 3
 			content, end = text[i+2:k], k+2
 		}
