@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sort"
+	"strings"
 	"testing"
 	"time"
 
@@ -232,12 +233,23 @@ func TestJinja2Reference(t *testing.T) {
 			Specials: testSpecials, Extra: vars,
 		})
 	}
+	// strftime_now reads the clock: such a case is rendered by stx before and after Python,
+	// and Python's text, taken in between, must equal one of the two (a minute may turn).
+	early := map[int]string{}
+	for i, c := range cases {
+		if strings.Contains(c.Template, "strftime_now") {
+			early[i], _ = stxRender(c)
+		}
+	}
 	want := pythonRender(t, cases)
 	same, shown := 0, 0
 	sameConv := 0
 	for i, c := range cases {
 		got, err := stxRender(c)
 		w := want[i]
+		if e, ok := early[i]; ok && err == nil && w.Text != nil && e == *w.Text {
+			got = e
+		}
 		var bad string
 		switch {
 		case w.Error != nil && err == nil:
