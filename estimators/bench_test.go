@@ -40,7 +40,7 @@ func BenchmarkEstimators(b *testing.B) {
 		b.Run(name, func(b *testing.B) {
 			cfg := defaultConfig()
 			cfg.Name = name
-			in := Input{Rewards: rewards, Baselines: baselines}
+			in := Input{OutcomeInput: OutcomeInput{Rewards: rewards, Baselines: baselines}}
 			for b.Loop() {
 				if _, err := Estimate(in, cfg); err != nil {
 					b.Fatal(err)

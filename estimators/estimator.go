@@ -31,22 +31,11 @@ func (l Level) String() string {
 	return fmt.Sprintf("Level(%d)", int(l))
 }
 
-// Input is the data of one role's advantage batch. Outcome estimators use Rewards (and
-// Baselines); token estimators use the per-token rows. Unused fields may be nil.
+// Input is the data of one role's advantage batch. Outcome estimators read its OutcomeInput
+// (the trajectories' rewards, baselines and facts); token estimators the per-token rows.
+// Unused fields may be nil.
 type Input struct {
-	// Rewards[g][i] is the scalar reward of trajectory i of group g.
-	Rewards [][]float64
-	// Baselines[g][i] is an external per-trajectory baseline (ReMax: the reward of the greedy
-	// rollout of the same prompt). Baselines[g] is nil when group g has none.
-	Baselines [][]float64
-	// The trajectory facts below are OutcomeInput's (see there); RolloutAdvantages fills them
-	// for every outcome estimator. Nil when the caller has none.
-	Lengths     [][]int
-	Steps       [][]int
-	GroupIDs    []string
-	TaskIDs     [][]string
-	DataSources [][]string
-	RowColumns  map[string][][]float64
+	OutcomeInput
 
 	// Mask[b][t] is 1 for trainable tokens of row b (a step's full sequence), else 0.
 	Mask [][]float64
@@ -110,12 +99,6 @@ type OutcomeInput struct {
 	// RowColumns[key][g][i] is the rollout's per-row column key (is_correct, greedy_reward,
 	// ...) at the trajectory's first row.
 	RowColumns map[string][][]float64
-}
-
-// Outcome returns the outcome estimators' part of in.
-func (in Input) Outcome() OutcomeInput {
-	return OutcomeInput{Rewards: in.Rewards, Baselines: in.Baselines, Lengths: in.Lengths, Steps: in.Steps,
-		GroupIDs: in.GroupIDs, TaskIDs: in.TaskIDs, DataSources: in.DataSources, RowColumns: in.RowColumns}
 }
 
 // check reports an optional field whose shape does not match Rewards, or a negative length.
@@ -205,7 +188,7 @@ func (e outcomeEstimator) Estimate(in Input, cfg Config) (Output, error) {
 	if e.fn == nil {
 		return Output{}, fmt.Errorf("%s: no estimator function", e.name)
 	}
-	oin := in.Outcome()
+	oin := in.OutcomeInput
 	if err := oin.check(); err != nil {
 		return Output{}, fmt.Errorf("%s: %w", e.name, err)
 	}

@@ -31,7 +31,7 @@ func TestWithNeedsKeepsTheEstimator(t *testing.T) {
 	if e.Name() != "needs_probe" || e.Level() != Outcome {
 		t.Fatalf("WithNeeds changed the estimator: name %q, level %v", e.Name(), e.Level())
 	}
-	out, err := e.Estimate(Input{Rewards: [][]float64{{1, 0}}}, defaultConfig())
+	out, err := e.Estimate(Input{OutcomeInput: OutcomeInput{Rewards: [][]float64{{1, 0}}}}, defaultConfig())
 	if err != nil {
 		t.Fatal(err)
 	}

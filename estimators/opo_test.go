@@ -40,7 +40,7 @@ func TestOPOHandComputed(t *testing.T) {
 	want := [][]float64{{0.875, -0.125, -0.125, -0.125}, {0.6, -0.4, 0.6}, {0.5}, {0, 0, 0}, {0.5, -0.5}}
 	cfg := defaultConfig()
 	cfg.Name = OPO
-	out, err := Estimate(Input{Rewards: groups, Lengths: lengths}, cfg)
+	out, err := Estimate(Input{OutcomeInput: OutcomeInput{Rewards: groups, Lengths: lengths}}, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -77,7 +77,7 @@ func TestOPOMatchesFloat64Reference(t *testing.T) {
 				lengths[g] = append(lengths[g], 1+rng.IntN(4096))
 			}
 		}
-		out, err := Estimate(Input{Rewards: groups, Lengths: lengths}, cfg)
+		out, err := Estimate(Input{OutcomeInput: OutcomeInput{Rewards: groups, Lengths: lengths}}, cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -124,13 +124,13 @@ func TestOPOExtremesAndErrors(t *testing.T) {
 	}
 	cfg := defaultConfig()
 	cfg.Name = OPO
-	if _, err := Estimate(Input{Rewards: [][]float64{{1, 0}}}, cfg); err == nil || !strings.Contains(err.Error(), "lengths") {
+	if _, err := Estimate(Input{OutcomeInput: OutcomeInput{Rewards: [][]float64{{1, 0}}}}, cfg); err == nil || !strings.Contains(err.Error(), "lengths") {
 		t.Errorf("no lengths: err = %v", err)
 	}
-	if _, err := Estimate(Input{Rewards: [][]float64{{1, 0}}, Lengths: [][]int{{1}}}, cfg); err == nil {
+	if _, err := Estimate(Input{OutcomeInput: OutcomeInput{Rewards: [][]float64{{1, 0}}, Lengths: [][]int{{1}}}}, cfg); err == nil {
 		t.Error("misshaped lengths: no error")
 	}
-	if _, err := Estimate(Input{Rewards: [][]float64{{1, 0}}, Lengths: [][]int{{1, -2}}}, cfg); err == nil {
+	if _, err := Estimate(Input{OutcomeInput: OutcomeInput{Rewards: [][]float64{{1, 0}}, Lengths: [][]int{{1, -2}}}}, cfg); err == nil {
 		t.Error("negative length: no error")
 	}
 	if n := NeedsOf(OPO); !n.Groups || n.GreedyBaseline || n.Values {

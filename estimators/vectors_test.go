@@ -173,7 +173,7 @@ func vecOutcome(name string) func(t *testing.T, c vectorCase, tol tolerance) {
 		cfg.NormByStd = decodeOr(t, c.Params, "norm_by_std", cfg.NormByStd)
 		cfg.Epsilon = decodeOr(t, c.Params, "epsilon", cfg.Epsilon)
 		cfg.StdDDOF = decodeOr(t, c.Params, "std_ddof", cfg.StdDDOF)
-		out, err := Estimate(Input{Rewards: groups}, cfg)
+		out, err := Estimate(Input{OutcomeInput: OutcomeInput{Rewards: groups}}, cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -216,7 +216,7 @@ func vecReMax(t *testing.T, c vectorCase, tol tolerance) {
 	want := decode[[]float64](t, c.Outputs, "advantages")
 	cfg := defaultConfig()
 	cfg.Name = ReMax
-	out, err := Estimate(Input{Rewards: [][]float64{r}, Baselines: [][]float64{b}}, cfg)
+	out, err := Estimate(Input{OutcomeInput: OutcomeInput{Rewards: [][]float64{r}, Baselines: [][]float64{b}}}, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

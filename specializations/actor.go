@@ -93,16 +93,17 @@ func policyLossOf(who string, k schema.Knobs) (string, error) {
 	return "", fmt.Errorf("%s: unknown policy_loss %q", who, k.PolicyLoss)
 }
 
-// estimatorConfig maps the recipe's knobs to the role's estimator.
-func (a *actor) estimatorConfig() estimators.Config {
-	k := a.cfg.Knobs
-	c := estimators.Config{Name: k.EstimatorFor(a.cfg.Role.Name), NormByStd: k.NormAdvByStd, Epsilon: k.AdvEpsilon,
+// estimatorConfig maps the recipe's knobs to the estimator of role c (the actor's, and
+// opd's with use_precomputed_advantage false).
+func estimatorConfig(c RoleConfig) estimators.Config {
+	k := c.Knobs
+	ec := estimators.Config{Name: k.EstimatorFor(c.Role.Name), NormByStd: k.NormAdvByStd, Epsilon: k.AdvEpsilon,
 		StdDDOF: k.StdDDOF, Gamma: k.Gamma, Lambda: k.Lambda, Whiten: k.WhitenAdvantages,
 		WhitenEps: estimators.DefaultWhitenEps, UsePrecomputed: k.UsePrecomputedAdvantage}
-	if c.Name == "" {
-		c.Name = "grpo"
+	if ec.Name == "" {
+		ec.Name = "grpo"
 	}
-	return c
+	return ec
 }
 
 // ComputeAdvantages runs the role's estimator over data. With use_kl_in_reward
@@ -112,7 +113,7 @@ func (a *actor) estimatorConfig() estimators.Config {
 // penalty, replaces data.Reward or the token_rewards column: pass a copy to keep the
 // original.
 func (a *actor) ComputeAdvantages(data *rollout.Rollout) ([]string, error) {
-	cfg := a.estimatorConfig()
+	cfg := estimatorConfig(a.cfg)
 	if a.cfg.Knobs.UseKLInReward {
 		est, err := estimators.Get(cfg.Name)
 		if err != nil {

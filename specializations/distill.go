@@ -159,19 +159,6 @@ func (s *opd) gaps(teacher, sampler, mask [][]float32) ([][]float32, error) {
 	return adv32, nil
 }
 
-// estimatorConfig maps the recipe's knobs to the estimator of the use_precomputed_advantage:
-// false path (the actor's mapping).
-func (s *opd) estimatorConfig() estimators.Config {
-	k := s.cfg.Knobs
-	c := estimators.Config{Name: k.EstimatorFor(s.cfg.Role.Name), NormByStd: k.NormAdvByStd, Epsilon: k.AdvEpsilon,
-		StdDDOF: k.StdDDOF, Gamma: k.Gamma, Lambda: k.Lambda, Whiten: k.WhitenAdvantages,
-		WhitenEps: estimators.DefaultWhitenEps, UsePrecomputed: k.UsePrecomputedAdvantage}
-	if c.Name == "" {
-		c.Name = "grpo"
-	}
-	return c
-}
-
 // ComputeAdvantages sets data's advantages column (A.8). With use_precomputed_advantage they
 // are OPD's teacher−student gaps, used as they are (no estimator, no normalisation). Without
 // it the configured estimator runs over the rollout's trajectory rewards (groups by GroupID),
@@ -179,7 +166,7 @@ func (s *opd) estimatorConfig() estimators.Config {
 // exception, whose supplied advantages are the gaps. data must hold the whole rollout (the
 // engine's call, before mini-batches): group estimators need every row of a group.
 func (s *opd) ComputeAdvantages(data *rollout.Rollout) ([]string, error) {
-	cfg := s.estimatorConfig()
+	cfg := estimatorConfig(s.cfg)
 	if UsesPrecomputedAdvantages(s.cfg) || cfg.Name == estimators.Precomputed {
 		if err := requireKeys("opd", data, []string{rollout.KeyTeacherLogProbs, rollout.KeySamplerLogProbs, rollout.KeyLossMask}); err != nil {
 			return nil, err
