@@ -12,23 +12,8 @@
 # DIR defaults to $STX_CACHE_DIR/pyref/hfhub, else ${XDG_CACHE_HOME:-~/.cache}/stx/pyref/hfhub:
 # where the test looks for it.
 set -euo pipefail
-cache="${STX_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/stx}"
-dir="${1:-$cache/pyref/hfhub}"
+. "$(dirname "$0")/pyref.sh"
 # Pinned: the reference must not move under the test (pip brings its dependencies: httpx,
 # filelock, fsspec, hf-xet, packaging, pyyaml, tqdm, typing-extensions, ...).
 pins=(huggingface_hub==2.4.0)
-stamp="$dir/.stx-pins"
-if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "${pins[*]}" ] && [ -d "$dir/huggingface_hub" ]; then
-	echo "fetch-hfhub: ${pins[*]} already in $dir"
-	exit 0
-fi
-python=$(command -v python3 || command -v python || true)
-if [ -z "$python" ]; then
-	echo "fetch-hfhub: python3 with pip is needed" >&2
-	exit 1
-fi
-mkdir -p "$dir"
-"$python" -m pip install --quiet --disable-pip-version-check --no-input --upgrade \
-	--target "$dir" "${pins[@]}"
-echo "${pins[*]}" >"$stamp"
-echo "fetch-hfhub: installed ${pins[*]} in $dir"
+pyref_install hfhub "${1:-}" 'import huggingface_hub' "${pins[@]}"

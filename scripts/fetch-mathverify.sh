@@ -16,8 +16,7 @@
 # DIR defaults to $STX_MATHVERIFY_DIR, else $STX_CACHE_DIR/pyref/mathverify, else
 # ${XDG_CACHE_HOME:-~/.cache}/stx/pyref/mathverify: where the test looks for it.
 set -euo pipefail
-cache="${STX_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/stx}"
-dir="${1:-${STX_MATHVERIFY_DIR:-$cache/pyref/mathverify}}"
+. "$(dirname "$0")/pyref.sh"
 pins=(
 	"math-verify==0.9.0"
 	"latex2sympy2_extended==1.11.0"
@@ -25,32 +24,4 @@ pins=(
 	"sympy==1.14.0"
 	"mpmath==1.3.0"
 )
-stamp="${pins[*]}"
-python=$(command -v python3 || command -v python || true)
-if [ -z "$python" ]; then
-	echo "fetch-mathverify: python3 with pip is needed" >&2
-	exit 1
-fi
-if [ -f "$dir/.stx-pins" ] && [ "$(cat "$dir/.stx-pins")" = "$stamp" ] &&
-	PYTHONPATH="$dir" "$python" -c 'import math_verify' 2>/dev/null; then
-	echo "fetch-mathverify: Math-Verify already in $dir"
-	exit 0
-fi
-if [ -d "$dir" ] && [ -n "$(ls -A "$dir")" ] && [ ! -e "$dir/.stx-pins" ] && [ ! -d "$dir/math_verify" ]; then
-	# It is replaced whole below: never a directory that is not ours.
-	echo "fetch-mathverify: $dir holds other files; give an empty or new directory" >&2
-	exit 1
-fi
-parent=$(dirname "$dir")
-mkdir -p "$parent"
-tmp=$(mktemp -d "$parent/.fetch-mathverify-XXXXXX")
-trap 'rm -rf "$tmp"' EXIT
-echo "fetch-mathverify: installing ${pins[*]}"
-PIP_ROOT_USER_ACTION=ignore "$python" -m pip install --quiet --disable-pip-version-check --no-warn-script-location \
-	--target "$tmp" "${pins[@]}"
-PYTHONPATH="$tmp" "$python" -c 'import math_verify; math_verify.verify(math_verify.parse("$1$"), math_verify.parse("1"))'
-echo "$stamp" >"$tmp/.stx-pins"
-rm -rf "$dir"
-mv "$tmp" "$dir"
-trap - EXIT
-echo "fetch-mathverify: Math-Verify 0.9.0 -> $dir"
+pyref_install mathverify "${1:-${STX_MATHVERIFY_DIR:-}}" 'import math_verify; math_verify.verify(math_verify.parse("$1$"), math_verify.parse("1"))' "${pins[@]}"

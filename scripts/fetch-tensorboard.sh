@@ -13,8 +13,7 @@
 # DIR defaults to $STX_TENSORBOARD_DIR, else $STX_CACHE_DIR/pyref/tensorboard, else
 # ${XDG_CACHE_HOME:-~/.cache}/stx/pyref/tensorboard: where the test looks for it.
 set -euo pipefail
-cache="${STX_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/stx}"
-dir="${1:-${STX_TENSORBOARD_DIR:-$cache/pyref/tensorboard}}"
+. "$(dirname "$0")/pyref.sh"
 pins=(
 	"tensorboard==2.21.0"
 	"tensorboard-data-server==0.7.2"
@@ -30,28 +29,4 @@ pins=(
 	"typing_extensions==4.16.0"
 	"werkzeug==3.1.9"
 )
-stamp="${pins[*]}"
-python=$(command -v python3 || command -v python || true)
-if [ -z "$python" ]; then
-	echo "fetch-tensorboard: python3 with pip is needed" >&2
-	exit 1
-fi
-check='from tensorboard.backend.event_processing import event_accumulator; from tensorboard.util import tensor_util'
-if [ -f "$dir/.stx-pins" ] && [ "$(cat "$dir/.stx-pins")" = "$stamp" ] &&
-	PYTHONPATH="$dir" "$python" -c "$check" 2>/dev/null; then
-	echo "fetch-tensorboard: TensorBoard already in $dir"
-	exit 0
-fi
-parent=$(dirname "$dir")
-mkdir -p "$parent"
-tmp=$(mktemp -d "$parent/.fetch-tensorboard-XXXXXX")
-trap 'rm -rf "$tmp"' EXIT
-echo "fetch-tensorboard: installing ${pins[*]}"
-PIP_ROOT_USER_ACTION=ignore "$python" -m pip install --quiet --disable-pip-version-check --no-warn-script-location \
-	--target "$tmp" "${pins[@]}"
-PYTHONPATH="$tmp" "$python" -c "$check"
-echo "$stamp" >"$tmp/.stx-pins"
-rm -rf "$dir"
-mv "$tmp" "$dir"
-trap - EXIT
-echo "fetch-tensorboard: TensorBoard 2.21.0 -> $dir"
+pyref_install tensorboard "${1:-${STX_TENSORBOARD_DIR:-}}" 'from tensorboard.backend.event_processing import event_accumulator; from tensorboard.util import tensor_util' "${pins[@]}"
