@@ -15,7 +15,7 @@ import (
 // exist and pass vet.
 var wantRecipes = []string{
 	"sft", "grpo", "dr_grpo", "dapo", "gspo", "cispo", "rloo", "reinforce", "reinforce_pp",
-	"remax", "ppo", "dpo", "dpo_distributed", "ipo", "simpo", "orpo", "kto", "reward_model",
+	"remax", "ppo", "dpo", "dpo_distributed", "ipo", "rpo", "simpo", "orpo", "kto", "reward_model",
 	"opd", "gkd", "dagger", "aggrevate", "mixed_loss_dagger_opd", "flow_matching", "flow_grpo",
 	"grpo_calculator",
 }

@@ -107,7 +107,7 @@ func TestEveryFamilyLearnsOnItsDefaults(t *testing.T) {
 func TestObjectiveForFamilies(t *testing.T) {
 	want := map[string]string{
 		"sft": "policy/loss", "grpo": "val/accuracy", "ppo": "val/accuracy", "dapo": "val/accuracy",
-		"dpo": "policy/accuracy", "dpo_distributed": "policy/accuracy", "ipo": "policy/accuracy",
+		"dpo": "policy/accuracy", "dpo_distributed": "policy/accuracy", "ipo": "policy/accuracy", "rpo": "policy/accuracy",
 		"simpo": "policy/accuracy", "orpo": "policy/accuracy", "kto": "policy/accuracy",
 		"reward_model": "reward/accuracy", "opd": "val/teacher_kl", "gkd": "val/teacher_kl",
 		"dagger": "val/teacher_kl", "mixed_loss_dagger_opd": "val/teacher_kl", "aggrevate": "val/accuracy",

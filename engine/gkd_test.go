@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"fmt"
+	"math"
 	"path/filepath"
 	"testing"
 
@@ -120,5 +121,44 @@ func TestGKDLambdaMixesBatches(t *testing.T) {
 		if want := gkdOnPolicy(seed, id, 0.5); (v == 1) != want {
 			t.Errorf("rollout %d: on_policy %g, the seeded draw says %t", id, v, want)
 		}
+	}
+}
+
+// TestGKDTeacherTopKRun runs the catalog's gkd with gkd_teacher_top_k: the teacher role's
+// summary travels to the student under teacher_logits (2k+1 wide instead of V), the loss is
+// finite and positive, and the validation before training measures val/teacher_kl.
+func TestGKDTeacherTopKRun(t *testing.T) {
+	m, err := runtime.OpenModel("tiny", 99) // not the student's seed
+	if err != nil {
+		t.Fatal(err)
+	}
+	teacher := t.TempDir()
+	if err := m.SaveHF(teacher, 0); err != nil {
+		t.Fatal(err)
+	}
+	cat := runCatalog(t, "gkd", "knobs.num_rollout=2", "knobs.rollout_batch_size=2", "knobs.n_samples_per_prompt=2",
+		"knobs.max_new_tokens=4", "knobs.eval_every=0", "knobs.save_every=0", "task.validation_size=4",
+		"knobs.gkd_teacher_top_k=16", `roles.teacher.model.source="`+teacher+`"`)
+	res, err := Run(context.Background(), cat, "gkd", RunOptions{RunsDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	recs := metrics(t, res.Dir)
+	for _, r := range trainRecords(recs) {
+		if v := num(t, r, "student/loss"); !(v > 0) || math.IsInf(v, 0) {
+			t.Errorf("student/loss = %g, want finite and positive", v)
+		}
+	}
+	found := false
+	for _, r := range recs {
+		if v, ok := r["val/teacher_kl"].(float64); ok {
+			found = true
+			if !(v > 0) {
+				t.Errorf("val/teacher_kl = %g, want positive (the teacher differs)", v)
+			}
+		}
+	}
+	if !found {
+		t.Error("no val/teacher_kl recorded")
 	}
 }

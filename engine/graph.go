@@ -65,173 +65,208 @@ type Problem struct {
 // data flow. It returns every problem found; the graph is usable only when
 // there are none.
 func BuildGraph(r *schema.Recipe) (*Graph, []Problem) {
-	g := &Graph{Recipe: r}
-	var probs []Problem
-	add := func(path, format string, args ...any) {
-		probs = append(probs, Problem{Path: path, Msg: fmt.Sprintf(format, args...)})
-	}
-	roleNames := make([]string, len(r.Roles))
-	index := map[string]int{}
-	for i, role := range r.Roles {
-		roleNames[i] = role.Name
-		index[role.Name] = i
-	}
-	known := func(path, what, name string) bool {
-		if _, ok := index[name]; ok {
-			return true
-		}
-		add(path, "%s %q is not a role of this recipe (roles: %s)%s", what, name, strings.Join(roleNames, ", "), hint(name, roleNames))
-		return false
-	}
+	c := newGraphCheck(r)
+	c.bindRoles()
+	c.checkSyncs()
+	c.checkRequiredKeys()
+	c.checkRoleKnobs()
+	g, probs := c.g, c.probs
+	probs = append(probs, tokenBounds(g)...)
+	probs = append(probs, placementProblems(r, g)...)
+	g.Pools = poolsOf(r)
+	probs = append(probs, workflowProblems(r, g)...)
+	probs = append(probs, knobProblems(r, g)...)
+	probs = append(probs, rolloutEngineProblems(r, g)...) // graph_rollout.go
+	return g, probs
+}
 
-	// Roles and their contracts.
+// graphCheck is BuildGraph's state: the graph so far, the problems found and the
+// lookups the checks share.
+type graphCheck struct {
+	r         *schema.Recipe
+	g         *Graph
+	probs     []Problem
+	roleNames []string
+	index     map[string]int  // role name → index in r.Roles
+	nodeOf    map[string]Node // role name → its node (roles with a known specialization)
+	provided  map[string][]string
+}
+
+func newGraphCheck(r *schema.Recipe) *graphCheck {
+	c := &graphCheck{r: r, g: &Graph{Recipe: r}, roleNames: make([]string, len(r.Roles)), index: map[string]int{},
+		nodeOf: map[string]Node{}, provided: map[string][]string{}}
 	for i, role := range r.Roles {
-		c, err := specializations.Get(role.Specialization)
+		c.roleNames[i] = role.Name
+		c.index[role.Name] = i
+	}
+	return c
+}
+
+func (c *graphCheck) add(path, format string, args ...any) {
+	c.probs = append(c.probs, Problem{Path: path, Msg: fmt.Sprintf(format, args...)})
+}
+
+// known reports whether name is a role of the recipe, adding a problem at path if not.
+func (c *graphCheck) known(path, what, name string) bool {
+	if _, ok := c.index[name]; ok {
+		return true
+	}
+	c.add(path, "%s %q is not a role of this recipe (roles: %s)%s", what, name, strings.Join(c.roleNames, ", "), hint(name, c.roleNames))
+	return false
+}
+
+// bindRoles binds each role to its contract and checks what the role names: its
+// initialisation source and its teacher.
+func (c *graphCheck) bindRoles() {
+	for i, role := range c.r.Roles {
+		ct, err := specializations.Get(role.Specialization)
 		if err != nil {
-			add(fmt.Sprintf("roles[%d].specialization", i), "%v", err)
+			c.add(fmt.Sprintf("roles[%d].specialization", i), "%v", err)
 			continue
 		}
-		cfg := specializations.RoleConfig{Role: role, Knobs: r.Knobs}
-		g.Nodes = append(g.Nodes, Node{Role: role, Contract: c, Requires: c.Requires(cfg), Produces: c.Produces(cfg)})
+		cfg := specializations.RoleConfig{Role: role, Knobs: c.r.Knobs}
+		n := Node{Role: role, Contract: ct, Requires: ct.Requires(cfg), Produces: ct.Produces(cfg)}
+		c.g.Nodes = append(c.g.Nodes, n)
+		c.nodeOf[role.Name] = n
 		if role.SyncToRollout && !role.Trainable {
-			add(fmt.Sprintf("roles[%d].sync_to_rollout", i), "role %q pushes weights to the rollout sampler but is not trainable: its weights never change", role.Name)
+			c.add(fmt.Sprintf("roles[%d].sync_to_rollout", i), "role %q pushes weights to the rollout sampler but is not trainable: its weights never change", role.Name)
 		}
 		if from := role.Model.InitFrom; from != "" {
 			if from == role.Name {
-				add(fmt.Sprintf("roles[%d].model.init_from", i), "role %q cannot be initialised from itself", role.Name)
+				c.add(fmt.Sprintf("roles[%d].model.init_from", i), "role %q cannot be initialised from itself", role.Name)
 			} else {
-				known(fmt.Sprintf("roles[%d].model.init_from", i), "init_from", from)
+				c.known(fmt.Sprintf("roles[%d].model.init_from", i), "init_from", from)
 			}
 		}
 		teacher := role.InitString("teacher")
-		if c.Teacher && teacher == "" && role.Trainable {
-			add(fmt.Sprintf("roles[%d].init", i), "specialization %q needs a frozen teacher role: set init: teacher: \"<role>\"", c.Name)
+		if ct.Teacher && teacher == "" && role.Trainable {
+			c.add(fmt.Sprintf("roles[%d].init", i), "specialization %q needs a frozen teacher role: set init: teacher: \"<role>\"", ct.Name)
 		}
-		if teacher != "" && known(fmt.Sprintf("roles[%d].init.teacher", i), "teacher", teacher) {
+		if teacher != "" && c.known(fmt.Sprintf("roles[%d].init.teacher", i), "teacher", teacher) {
 			if teacher == role.Name {
-				add(fmt.Sprintf("roles[%d].init.teacher", i), "role %q cannot be its own teacher", role.Name)
-			} else if r.Roles[index[teacher]].Trainable {
-				add(fmt.Sprintf("roles[%d].init.teacher", i), "teacher %q is trainable; a teacher must be frozen (trainable: false)", teacher)
+				c.add(fmt.Sprintf("roles[%d].init.teacher", i), "role %q cannot be its own teacher", role.Name)
+			} else if c.r.Roles[c.index[teacher]].Trainable {
+				c.add(fmt.Sprintf("roles[%d].init.teacher", i), "teacher %q is trainable; a teacher must be frozen (trainable: false)", teacher)
 			}
 		}
 	}
-	nodeOf := map[string]Node{}
-	for _, n := range g.Nodes {
-		nodeOf[n.Role.Name] = n
-	}
+}
 
-	// Syncs: endpoints, produced keys, row alignment.
-	provided := map[string][]string{}
-	for i, s := range r.Syncs {
-		okS := known(fmt.Sprintf("syncs[%d].source", i), "sync source", s.Source)
-		okT := known(fmt.Sprintf("syncs[%d].target", i), "sync target", s.Target)
+// checkSyncs checks the syncs' endpoints, produced keys and row alignment, and orders the
+// inject syncs.
+func (c *graphCheck) checkSyncs() {
+	for i, s := range c.r.Syncs {
+		okS := c.known(fmt.Sprintf("syncs[%d].source", i), "sync source", s.Source)
+		okT := c.known(fmt.Sprintf("syncs[%d].target", i), "sync target", s.Target)
 		if okT {
 			// Count the keys as provided even when the sync is broken, so
 			// that one mistake is not reported twice.
-			provided[s.Target] = append(provided[s.Target], s.TargetKeys...)
+			c.provided[s.Target] = append(c.provided[s.Target], s.TargetKeys...)
 		}
 		if !okS || !okT {
 			continue
 		}
 		if s.Source == s.Target {
-			add(fmt.Sprintf("syncs[%d].target", i), "sync from role %q to itself", s.Source)
+			c.add(fmt.Sprintf("syncs[%d].target", i), "sync from role %q to itself", s.Source)
 			continue
 		}
-		src, okS := nodeOf[s.Source]
-		dst, okT := nodeOf[s.Target]
+		src, okS := c.nodeOf[s.Source]
+		dst, okT := c.nodeOf[s.Target]
 		if !okS || !okT {
 			continue // unknown specialization, reported above
 		}
 		for j, k := range s.Keys {
 			if !slices.Contains(src.Produces, k) {
-				add(fmt.Sprintf("syncs[%d].keys[%d]", i, j), "role %q (specialization %s) does not produce key %q (it produces: %s)%s",
+				c.add(fmt.Sprintf("syncs[%d].keys[%d]", i, j), "role %q (specialization %s) does not produce key %q (it produces: %s)%s",
 					s.Source, src.Contract.Name, k, strings.Join(src.Produces, ", "), hint(k, src.Produces))
 			}
 		}
 		if src.Contract.Data != dst.Contract.Data {
-			add(fmt.Sprintf("syncs[%d]", i), "role %q trains on %s data but role %q on %s data; a sync pairs their rows one to one",
+			c.add(fmt.Sprintf("syncs[%d]", i), "role %q trains on %s data but role %q on %s data; a sync pairs their rows one to one",
 				s.Source, src.Contract.Data, s.Target, dst.Contract.Data)
 		}
 	}
-	if order, cycle := syncOrder(r); cycle != nil {
-		add(fmt.Sprintf("syncs[%d]", cycle[0]), "inject syncs form a cycle: %s", cycleString(r, cycle))
+	if order, cycle := syncOrder(c.r); cycle != nil {
+		c.add(fmt.Sprintf("syncs[%d]", cycle[0]), "inject syncs form a cycle: %s", cycleString(c.r, cycle))
 	} else {
-		g.Syncs = order
+		c.g.Syncs = order
 	}
+}
 
-	// Every required key has a provider.
-	for i, role := range r.Roles {
-		n, ok := nodeOf[role.Name]
+// checkRequiredKeys: every key a role requires has a provider (its data kind, the role
+// itself, an inject sync).
+func (c *graphCheck) checkRequiredKeys() {
+	for i, role := range c.r.Roles {
+		n, ok := c.nodeOf[role.Name]
 		if !ok {
 			continue
 		}
-		have := append(append(append([]string(nil), n.Contract.Data.Keys()...), n.Produces...), provided[role.Name]...)
+		have := append(append(append([]string(nil), kindOf(n.Contract.Data).keys...), n.Produces...), c.provided[role.Name]...)
 		for _, k := range n.Requires {
 			if !slices.Contains(have, k) {
-				add(fmt.Sprintf("roles[%d]", i), "role %q (specialization %s) requires key %q, which neither its %s data, nor the role itself, nor an inject sync provides%s",
+				c.add(fmt.Sprintf("roles[%d]", i), "role %q (specialization %s) requires key %q, which neither its %s data, nor the role itself, nor an inject sync provides%s",
 					role.Name, n.Contract.Name, k, n.Contract.Data, keyHint(k, role.Name))
 			}
 		}
 	}
+}
 
-	// Knobs that depend on roles.
+// checkRoleKnobs checks the knobs that depend on roles: estimators, tis_cap,
+// estimator_map, trainable roles, the reward role.
+func (c *graphCheck) checkRoleKnobs() {
 	trainable := 0
-	for _, n := range g.Nodes {
+	for _, n := range c.g.Nodes {
 		if n.Role.Trainable {
 			trainable++
 		}
 		if !n.Contract.Estimator || !n.Role.Trainable {
 			continue
 		}
-		if specializations.UsesPrecomputedAdvantages(specializations.RoleConfig{Role: n.Role, Knobs: r.Knobs}) {
+		if specializations.UsesPrecomputedAdvantages(specializations.RoleConfig{Role: n.Role, Knobs: c.r.Knobs}) {
 			continue // its advantages are supplied (OPD's teacher gaps): no estimator runs
 		}
-		est := r.Knobs.EstimatorFor(n.Role.Name)
+		est := c.r.Knobs.EstimatorFor(n.Role.Name)
 		path := "knobs.estimator"
-		if _, ok := r.Knobs.EstimatorMap[n.Role.Name]; ok {
+		if _, ok := c.r.Knobs.EstimatorMap[n.Role.Name]; ok {
 			path = "knobs.estimator_map." + n.Role.Name
 		}
 		if _, err := estimators.Get(est); err != nil {
-			add(path, "%v", err)
+			c.add(path, "%v", err)
 			continue
 		}
-		if estimators.NeedsOf(est).Groups && r.Knobs.NSamplesPerPrompt < 2 {
-			add("knobs.n_samples_per_prompt", "estimator %s of role %q needs groups: n_samples_per_prompt must be at least 2 (it is %d)", est, n.Role.Name, r.Knobs.NSamplesPerPrompt)
+		if estimators.NeedsOf(est).Groups && c.r.Knobs.NSamplesPerPrompt < 2 {
+			c.add("knobs.n_samples_per_prompt", "estimator %s of role %q needs groups: n_samples_per_prompt must be at least 2 (it is %d)", est, n.Role.Name, c.r.Knobs.NSamplesPerPrompt)
 		}
 	}
-	if r.Knobs.TISCap != nil && slices.ContainsFunc(g.Nodes, func(n Node) bool { return n.Role.Trainable && n.Contract.TISCap }) {
-		// truncated importance-sampling weight min(exp(old_logp − sampler_logp), cap) needs the
-		// policy's own pre-update log-probs, which the actor does not
-		// compute yet; refusing beats silently ignoring the knob.
-		add("knobs.tis_cap", "the truncated importance-sampling correction (TIS) is not supported yet: remove tis_cap")
+	if c.r.Knobs.TISCap != nil && !slices.ContainsFunc(c.g.Nodes, func(n Node) bool { return n.Role.Trainable && n.Contract.TISCap }) {
+		// A knob that would do nothing is refused rather than silently ignored.
+		c.add("knobs.tis_cap", "tis_cap corrects a policy-gradient loss over sampled tokens, and no trainable role has one (specializations actor, opd): remove tis_cap")
 	}
-	for _, role := range slices.Sorted(maps.Keys(r.Knobs.EstimatorMap)) {
-		known("knobs.estimator_map."+role, "estimator_map key", role)
+	for _, role := range slices.Sorted(maps.Keys(c.r.Knobs.EstimatorMap)) {
+		c.known("knobs.estimator_map."+role, "estimator_map key", role)
 	}
-	if trainable == 0 && !r.Knobs.EvalOnly && len(g.Nodes) == len(r.Roles) {
-		add("roles", "no role is trainable (set knobs.eval_only: true to only evaluate)")
+	if trainable == 0 && !c.r.Knobs.EvalOnly && len(c.g.Nodes) == len(c.r.Roles) {
+		c.add("roles", "no role is trainable (set knobs.eval_only: true to only evaluate)")
 	}
-	if rr := r.Task.RewardRole; rr != "" && known("task.reward_role", "reward_role", rr) {
-		if n, ok := nodeOf[rr]; ok && !slices.Contains(n.Produces, rollout.KeyRewards) {
-			add("task.reward_role", "reward role %q (specialization %s) does not produce rewards; use specialization reward_model", rr, n.Contract.Name)
+	if rr := c.r.Task.RewardRole; rr != "" && c.known("task.reward_role", "reward_role", rr) {
+		if n, ok := c.nodeOf[rr]; ok && !slices.Contains(n.Produces, rollout.KeyRewards) {
+			c.add("task.reward_role", "reward role %q (specialization %s) does not produce rewards; use specialization reward_model", rr, n.Contract.Name)
 		}
 	}
+}
 
-	probs = append(probs, tokenBounds(g)...)
-	probs = append(probs, placementProblems(r, g)...)
-
-	// Pools, in recipe order.
+// poolsOf lists the roles of each pool, pools in recipe order.
+func poolsOf(r *schema.Recipe) []Pool {
+	var pools []Pool
 	for _, role := range r.Roles {
-		i := slices.IndexFunc(g.Pools, func(p Pool) bool { return p.Name == role.Pool })
+		i := slices.IndexFunc(pools, func(p Pool) bool { return p.Name == role.Pool })
 		if i < 0 {
-			g.Pools = append(g.Pools, Pool{Name: role.Pool})
-			i = len(g.Pools) - 1
+			pools = append(pools, Pool{Name: role.Pool})
+			i = len(pools) - 1
 		}
-		g.Pools[i].Roles = append(g.Pools[i].Roles, role.Name)
+		pools[i].Roles = append(pools[i].Roles, role.Name)
 	}
-	probs = append(probs, workflowProblems(r, g)...)
-	probs = append(probs, knobProblems(r, g)...)
-	return g, probs
+	return pools
 }
 
 // syncOrder sorts the inject syncs so that every sync into a role runs
@@ -362,7 +397,7 @@ const (
 func tokenBounds(g *Graph) []Problem {
 	k := g.Recipe.Knobs
 	tokens := slices.ContainsFunc(g.Nodes, func(n Node) bool {
-		return n.Contract.Data != specializations.DataFlow && n.Contract.Data != specializations.DataFlowRL
+		return !kindOf(n.Contract.Data).velocity
 	})
 	if !tokens {
 		return nil

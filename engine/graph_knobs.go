@@ -38,7 +38,7 @@ func knobProblems(r *schema.Recipe, g *Graph) []Problem {
 
 	// The model each kind of specialization runs.
 	for i, n := range g.Nodes {
-		flow := n.Contract.Data == specializations.DataFlow || n.Contract.Data == specializations.DataFlowRL
+		flow := kindOf(n.Contract.Data).velocity
 		_, velocity := runtime.BuiltinVelocityConfig(n.Role.Model.Source)
 		switch {
 		case flow && !velocity && n.Role.Model.InitFrom == "":
@@ -92,7 +92,7 @@ func samplingProblems(r *schema.Recipe, g *Graph) []Problem {
 		return nil
 	}
 	c := primary.Contract
-	groups := (c.Data == specializations.DataRL || c.Data == specializations.DataImitation) && !c.CandidateActions
+	groups := kindOf(c.Data).groups && !c.CandidateActions
 	if !groups {
 		set := []string{}
 		if k.MinTrajsPerGroup > 1 {

@@ -70,12 +70,19 @@ func TestBuildGraph(t *testing.T) {
 			probs: []string{"needs groups"},
 		},
 		{
-			name: "tis_cap refused",
+			name: "tis_cap on an actor",
 			r: schema.Recipe{
 				Roles: []schema.Role{testRole("actor", "actor", true)},
 				Knobs: schema.Knobs{Estimator: "grpo", NSamplesPerPrompt: 4, TISCap: new(2.0)},
 			},
-			probs: []string{"not supported yet"},
+		},
+		{
+			name: "tis_cap with nothing to correct",
+			r: schema.Recipe{
+				Roles: []schema.Role{testRole("policy", "sft", true)},
+				Knobs: schema.Knobs{TISCap: new(2.0)},
+			},
+			probs: []string{"no trainable role has one"},
 		},
 	}
 	for _, tc := range tests {

@@ -3,7 +3,6 @@ package engine
 import (
 	"stx.dev/stx/estimators"
 	"stx.dev/stx/schema"
-	"stx.dev/stx/specializations"
 )
 
 // workflowProblems are the graph checks of task.workflow: episodes are
@@ -19,7 +18,7 @@ func workflowProblems(r *schema.Recipe, g *Graph) []Problem {
 		if !n.Role.Trainable {
 			continue
 		}
-		if n.Contract.Data != specializations.DataRL || n.Contract.TeacherBatches {
+		if !kindOf(n.Contract.Data).episodes || n.Contract.TeacherBatches {
 			probs = append(probs, Problem{Path: "task.workflow", Msg: "task.workflow needs an on-policy RL role as the first trainable role (specialization " +
 				n.Role.Specialization + " trains on " + string(n.Contract.Data) + " data)"})
 		}

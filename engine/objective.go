@@ -5,7 +5,6 @@ import (
 	"math"
 
 	"stx.dev/stx/schema"
-	"stx.dev/stx/specializations"
 )
 
 // Objective is the number a recipe family is about, read from a run's metrics: what the
@@ -54,17 +53,8 @@ func ObjectiveFor(rec *schema.Recipe) Objective {
 		if n.Role.InitString("teacher") != "" {
 			return Objective{Name: "teacher KL", Key: "val/teacher_kl", Lower: true, WithAccuracy: true}
 		}
-		switch n.Contract.Data {
-		case specializations.DataPreference:
-			return Objective{Name: "preference accuracy", Key: p + "accuracy", Window: objectiveWindow}
-		case specializations.DataKTO:
-			return Objective{Name: "label accuracy", Key: p + "accuracy", Window: objectiveWindow}
-		case specializations.DataSFT:
-			return Objective{Name: "loss", Key: p + "loss", Window: objectiveWindow, Lower: true, WithAccuracy: true}
-		case specializations.DataFlow:
-			return Objective{Name: "loss", Key: p + "loss", Window: objectiveWindow, Lower: true}
-		case specializations.DataFlowRL:
-			return Objective{Name: "val reward", Key: "val/reward_mean"}
+		if obj := kindOf(n.Contract.Data).objective; obj != nil {
+			return obj(p)
 		}
 		break
 	}

@@ -60,7 +60,7 @@ func rolloutRole(r *schema.Recipe) int {
 func isVelocityRole(g *Graph, name string) bool {
 	for _, n := range g.Nodes {
 		if n.Role.Name == name {
-			return n.Contract.Data == specializations.DataFlow || n.Contract.Data == specializations.DataFlowRL
+			return kindOf(n.Contract.Data).velocity
 		}
 	}
 	return false
@@ -167,12 +167,15 @@ func (l *loop) rolloutSampler(r *role) (*runtime.Sampler, error) {
 
 // updateWeights pushes the trained weights of the rollout role to the sampler's copy when
 // the sampler has one (rollout_device); otherwise the sampler reads the role's variables at
-// every Generate call and there is nothing to copy. An external rollout engine would receive
-// the weights here (see docs/multinode.md).
+// every Generate call and there is nothing to copy. An external rollout engine's servers
+// load them here (rollout_remote.go, docs/multinode.md).
 //
 // It then offloads the roles marked offload: their weights and optimizer state go to host
 // memory until their next use moves them back to their device.
 func (l *loop) updateWeights() error {
+	if err := l.syncRemote(); err != nil { // a rollout engine's servers (rollout_remote.go)
+		return err
+	}
 	if l.push != nil {
 		x, err := l.push.Push()
 		if err != nil {

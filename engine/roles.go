@@ -119,6 +119,13 @@ func openModel(rec *schema.Recipe, i int, saved string, starts map[string]string
 	if src, err = resolveModelSource(context.Background(), src, roleRevision(rec, i), nil); err != nil {
 		return nil, "", fmt.Errorf("role %q: %w", r.Name, err)
 	}
+	// A PEFT adapter directory as the source: the model is its base with its adapters
+	// (buildRoles attaches them), and the base is the directory the model comes from.
+	if runtime.IsAdapterDir(src) {
+		if src, err = adapterBaseDir(src); err != nil {
+			return nil, "", fmt.Errorf("role %q: %w", r.Name, err)
+		}
+	}
 	m, err := runtime.OpenModel(src, sourceSeed(rec.Knobs))
 	if err != nil {
 		return nil, "", fmt.Errorf("role %q: model %q: %w (built-in starting models: %s)", r.Name, src, err,
@@ -175,10 +182,20 @@ func buildRoles(b *runtime.Backend, g *Graph, total int, from *resumeFrom, start
 			return nil, fmt.Errorf("role %q: specialization %q is not a language-model specialization; neither a language-model nor a velocity-model specialization", n.Role.Name, n.Role.Specialization)
 		}
 		withRef := n.Role.Trainable && slices.Contains(n.Requires, rollout.KeyRefLogProbs) && n.Role.InitBool("with_ref")
-		saved := from.weights(rec, i, n.Role.Trainable && !withRef, starts)
+		// A LoRA role's checkpoint holds its adapters alone: resumed, its base opens from
+		// where it first came from, and the trainer restores the adapters. A source that is a
+		// PEFT adapter directory makes a LoRA role too.
+		adapter := sourceAdapter(rec, i, starts)
+		lora := n.Role.Model.LoRA != nil || adapter != ""
+		saved := from.weights(rec, i, n.Role.Trainable && !withRef && !lora, starts)
 		m, dir, err := openModel(rec, i, saved, starts)
 		if err != nil {
 			return nil, err
+		}
+		if lora {
+			if err := addAdapters(rec, i, m, adapter, starts); err != nil {
+				return nil, err
+			}
 		}
 		r := &role{node: n, index: i, spec: lm, model: m, dir: dir}
 		if dir != "" {
@@ -187,9 +204,13 @@ func buildRoles(b *runtime.Backend, g *Graph, total int, from *resumeFrom, start
 			}
 		}
 		if withRef {
-			ref, err := specializations.NewReference(m)
-			if err != nil {
-				return nil, fmt.Errorf("role %q: reference: %w", n.Role.Name, err)
+			// With adapters, the reference is the base: the same weights with the adapters
+			// off, no copy (as TRL and verl do).
+			ref := m.WithoutAdapters()
+			if !lora {
+				if ref, err = specializations.NewReference(m); err != nil {
+					return nil, fmt.Errorf("role %q: reference: %w", n.Role.Name, err)
+				}
 			}
 			ref.ComputeDType = m.ComputeDType // the reference computes as the policy does
 			if r.ref, err = specializations.NewProducer(b, lm, ref); err != nil {
@@ -217,7 +238,126 @@ func buildRoles(b *runtime.Backend, g *Graph, total int, from *resumeFrom, start
 		}
 		roles = append(roles, r)
 	}
+	if err := shareLoRABases(b, rec, roles, starts); err != nil {
+		return nil, err
+	}
 	return roles, nil
+}
+
+// sourceAdapter is role i's source when that is a PEFT adapter directory, else "".
+func sourceAdapter(rec *schema.Recipe, i int, starts map[string]string) string {
+	src, err := roleSource(rec, i, starts)
+	if err != nil || builtinModel(src) || !runtime.IsAdapterDir(src) {
+		return ""
+	}
+	return src
+}
+
+// adapterBaseDir is the model directory of the base a PEFT adapter directory names
+// (base_model_name_or_path: a directory, or a Hub id read from the Hugging Face cache).
+func adapterBaseDir(adapter string) (string, error) {
+	_, base, err := runtime.ReadAdapterConfig(adapter)
+	if err != nil {
+		return "", err
+	}
+	if base == "" {
+		return "", fmt.Errorf("adapter %s names no base model (base_model_name_or_path)", adapter)
+	}
+	if builtinModel(base) || IsStarter(base) {
+		return "", fmt.Errorf("adapter %s: base %q is a built-in name, not a model directory", adapter, base)
+	}
+	return resolveModelSource(context.Background(), base, "", nil)
+}
+
+// addAdapters gives role i's model the adapters of its model.lora: new ones, seeded per role,
+// or those of a PEFT directory (lora.adapter, else the role's source when that is one), whose
+// adapter_config.json then gives the rank, alpha, targets and rsLoRA. Saved adapters name the
+// role's base as theirs.
+func addAdapters(rec *schema.Recipe, i int, m *runtime.Model, sourceAdapter string, starts map[string]string) error {
+	r := rec.Roles[i]
+	l := r.Model.LoRA
+	if l == nil {
+		l = &schema.LoRA{}
+	}
+	cfg := runtime.LoRAConfig{Rank: l.Rank, Alpha: l.Alpha, Dropout: l.Dropout, Targets: l.Targets, Init: l.Init, RSLoRA: l.RSLoRA}
+	if len(cfg.Targets) == 0 {
+		cfg.Targets = []string{"q_proj", "k_proj", "v_proj", "o_proj"}
+	}
+	adapter, field := l.Adapter, "model.lora.adapter"
+	if adapter == "" {
+		adapter, field = sourceAdapter, "model.source"
+	}
+	if adapter != "" {
+		from, _, err := runtime.ReadAdapterConfig(adapter)
+		if err != nil {
+			return fmt.Errorf("role %q: %s: %w", r.Name, field, err)
+		}
+		cfg.Rank, cfg.Alpha, cfg.Targets, cfg.RSLoRA = from.Rank, from.Alpha, from.Targets, from.RSLoRA
+	}
+	if err := m.AddLoRA(cfg, roleSeed(rec.Knobs, i)+2); err != nil {
+		return fmt.Errorf("role %q: model.lora: %w", r.Name, err)
+	}
+	if adapter != "" {
+		if err := m.LoadAdapters(adapter); err != nil {
+			return fmt.Errorf("role %q: %s: %w", r.Name, field, err)
+		}
+	}
+	src, err := roleSource(rec, i, starts)
+	if err != nil {
+		return err
+	}
+	if sourceAdapter != "" {
+		_, src, _ = runtime.ReadAdapterConfig(sourceAdapter) // read above
+	}
+	if !builtinModel(src) {
+		if st, err := os.Stat(src); err == nil && st.IsDir() {
+			if abs, err := filepath.Abs(src); err == nil {
+				src = abs
+			}
+		}
+		m.SetAdapterBase(src) // a directory, or the Hub id as the recipe gives it
+	}
+	return nil
+}
+
+// shareLoRABases makes a frozen language-model role without adapters whose weights are the
+// base of a LoRA role (the same source, value head and dtype; no placement on devices) compute
+// with that role's model, adapters off, instead of holding a second copy of the base: a
+// dpo_distributed reference on the same source is then the base as TRL's and verl's are.
+func shareLoRABases(b *runtime.Backend, rec *schema.Recipe, roles []*role, starts map[string]string) error {
+	for _, fr := range roles {
+		if fr.model == nil || fr.trainer != nil || fr.model.LoRA() != nil || len(fr.node.Role.Devices) > 0 {
+			continue
+		}
+		src, err := roleSource(rec, fr.index, starts)
+		if err != nil {
+			return err
+		}
+		for _, p := range roles {
+			if p.model == nil || p.model.LoRA() == nil || p.trainer == nil || len(p.node.Role.Devices) > 0 {
+				continue
+			}
+			psrc, err := roleSource(rec, p.index, starts)
+			if err != nil {
+				return err
+			}
+			if psrc != src || p.model.Config.HasValueHead || fr.model.Config.HasValueHead ||
+				p.model.ComputeDType != fr.model.ComputeDType {
+				continue
+			}
+			base := p.model.WithoutAdapters()
+			base.ActivationCheckpointing = fr.model.ActivationCheckpointing
+			fr.model = base
+			if fr.self != nil {
+				lm := fr.spec.(specializations.LM)
+				if fr.self, err = specializations.NewProducer(b, lm, base); err != nil {
+					return fmt.Errorf("role %q: producer: %w", fr.name(), err)
+				}
+			}
+			break
+		}
+	}
+	return nil
 }
 
 // velocityRole builds a velocity-model role (the flow specializations): its
@@ -231,6 +371,9 @@ func velocityRole(b *runtime.Backend, rec *schema.Recipe, i int, n Node, spec sp
 	}
 	if dt := n.Role.Model.DType; dt != "" && dt != "float32" {
 		return nil, fmt.Errorf("role %q: model.dtype %q: %s", n.Role.Name, dt, VelocityDTypeReason)
+	}
+	if n.Role.Model.LoRA != nil {
+		return nil, fmt.Errorf("role %q: model.lora: LoRA adapts the projections of language models; the flow specializations' velocity model (flow_mlp) trains all its weights", n.Role.Name)
 	}
 	m, err := runtime.NewVelocityModel(cfg, sourceSeed(rec.Knobs))
 	if err != nil {
@@ -416,4 +559,30 @@ func produceInto(p *specializations.Producer, data *rollout.Rollout, opts specia
 		}
 	}
 	return nil
+}
+
+// OpenAdapterModel opens the model a PEFT adapter directory makes: its base (base, or else
+// the adapter's base_model_name_or_path: a model directory or a Hub id, read from the Hugging
+// Face cache) with the adapters attached.
+func OpenAdapterModel(ctx context.Context, adapterDir, base string) (*runtime.Model, error) {
+	var dir string
+	var err error
+	if base == "" {
+		dir, err = adapterBaseDir(adapterDir)
+	} else if builtinModel(base) || IsStarter(base) {
+		err = fmt.Errorf("base %q is a built-in name, not a model directory", base)
+	} else {
+		dir, err = resolveModelSource(ctx, base, "", nil)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%w: give the base model's directory", err)
+	}
+	m, err := runtime.LoadModel(dir)
+	if err != nil {
+		return nil, fmt.Errorf("base of adapter %s: %w", adapterDir, err)
+	}
+	if err := m.AttachAdapters(adapterDir); err != nil {
+		return nil, err
+	}
+	return m, nil
 }

@@ -142,7 +142,7 @@ type rolloutGen struct {
 	feed    *feeder
 	enc     encoder
 	reward  *tasks.Reward
-	sampler *runtime.Sampler // nil for offline data (SFT, preference, KTO)
+	sampler Generator // nil for offline data (SFT, preference, KTO); remote with a rollout engine
 	tok     tokenizer.Tokenizer
 	// render turns chat prompts into the rollout model's prompt text.
 	render tasks.PromptRenderer
@@ -168,45 +168,23 @@ type rolloutGen struct {
 // rollout_<strategy>.go file.
 type strategy interface {
 	generate(g *rolloutGen, id int, seed uint64) (*batch, error)
-	// unit is the number of consecutive rows that train together (a
-	// preference pair, the candidate actions of a state); 1 otherwise.
+	// unit is the number of consecutive rows that train together because
+	// of how the strategy samples them (the candidate actions of a state); 1
+	// otherwise. Pairs of the data itself are the data kind's unit.
 	unit() int
 }
 
 // chooseStrategy picks how the rollouts of a role with contract c are
-// built, from its data kind and flags and from what its advantage
-// estimator needs: no specialization is named here.
+// built: its data kind's descriptor decides, from the contract's flags and
+// from what its advantage estimator needs; no specialization is named here.
 func chooseStrategy(c specializations.Contract, k schema.Knobs, needs estimators.Needs) strategy {
-	switch c.Data {
-	case specializations.DataSFT:
-		return offline{kind: tasks.KindSFT}
-	case specializations.DataPreference:
-		return offline{kind: tasks.KindPreference}
-	case specializations.DataKTO:
-		return offline{kind: tasks.KindKTO}
-	case specializations.DataFlow:
-		return flowPoints{}
-	case specializations.DataFlowRL:
-		return flowTrajectories{}
-	case specializations.DataRL, specializations.DataImitation:
-		if c.CandidateActions {
-			return candidateActions{k: max(k.AggrevateCandidates, 1)}
-		}
-		s := onPolicy{sampling: studentSamples{}, greedyBaseline: needs.GreedyBaseline}
-		switch {
-		case c.TeacherBatches:
-			s.sampling = teacherBatches{}
-		case c.Data == specializations.DataImitation:
-			s.sampling = teacherRows{}
-		}
-		return s
-	}
-	return unsupported{kind: c.Data}
+	return kindOf(c.Data).strategy(c, k, needs)
 }
 
 // generate builds rollout id's data. seed drives the sampler. Multi-turn
 // episodes (task.workflow) take the place of single completions.
-func (g *rolloutGen) generate(id int, seed uint64) (*batch, error) {
+func (g *rolloutGen) generate(id int, seed uint64) (b *batch, err error) {
+	defer func() { g.remoteMetrics(b) }() // the rollout engine's requests (rollout_remote.go)
 	if g.workflow != nil {
 		return g.workflowRollout(id, seed)
 	}

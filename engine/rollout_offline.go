@@ -13,12 +13,8 @@ import (
 // rows. Nothing is sampled.
 type offline struct{ kind tasks.Kind }
 
-func (s offline) unit() int {
-	if s.kind == tasks.KindPreference {
-		return 2
-	}
-	return 1
-}
+// unit is 1: a preference pair is its data kind's unit (datakind.go), not the strategy's.
+func (offline) unit() int { return 1 }
 
 func (s offline) generate(g *rolloutGen, _ int, _ uint64) (*batch, error) {
 	kind := s.kind

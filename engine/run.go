@@ -197,23 +197,8 @@ func newRoleSet(roles []*role) *roleSet {
 	return s
 }
 
-// exampleKind is the shape of task examples a role's data kind reads.
-func exampleKind(d specializations.DataKind) (tasks.Kind, bool) {
-	switch d {
-	case specializations.DataRL, specializations.DataImitation:
-		return tasks.KindRL, true
-	case specializations.DataSFT:
-		return tasks.KindSFT, true
-	case specializations.DataPreference:
-		return tasks.KindPreference, true
-	case specializations.DataKTO:
-		return tasks.KindKTO, true
-	case specializations.DataFlow, specializations.DataFlowRL:
-		return tasks.KindFlow, true
-	}
-	return "", false
-}
-
+// newLoop builds a run from its recipe: the role graph, the task, the roles' models, the
+// reward and the rollout generator (from a checkpoint when from is set).
 func newLoop(rec *schema.Recipe, opts RunOptions, from *resumeFrom) (*loop, error) {
 	g, probs := BuildGraph(rec)
 	if len(probs) > 0 {
@@ -225,54 +210,12 @@ func newLoop(rec *schema.Recipe, opts RunOptions, from *resumeFrom) (*loop, erro
 	if l.backend, err = runtime.NewBackend(opts.Backend); err != nil {
 		return nil, err
 	}
-	k := rec.Knobs
-	l.unit = 1
-	kind := specializations.DataKind("")
-	for _, n := range g.Nodes {
-		if n.Role.Trainable {
-			kind = n.Contract.Data
-			break
-		}
-	}
-	if kind == specializations.DataPreference {
-		l.unit = 2
-	}
-	l.kind = kind
-	// The task comes first: total_epochs caps the rollouts by its size,
-	// and the LR schedule spans those.
-	task, err := tasks.NewFor(rec.Task, k)
-	if err != nil {
-		return nil, fmt.Errorf("task %s: %w", rec.Task.Name, err)
-	}
-	// Every record must fit the data the role trains on: found here, before
-	// any model is built, with the record's file and line, not at the
-	// rollout that first draws it.
-	if tk, ok := exampleKind(kind); ok {
-		for _, exs := range [][]tasks.Example{task.Train(), task.Validation()} {
-			if _, err := tasks.ForKind(exs, tk); err != nil {
-				return nil, fmt.Errorf("task %s: %w", rec.Task.Name, err)
-			}
-		}
-	}
-	l.nTrain = len(task.Train())
-	l.total = l.scheduleSteps(k)
-	// Built-in starting models (tiny-sft, tiny-teacher) are trained on first use and cached.
-	say := func(format string, args ...any) {
-		l.con.printf(format, args...)
-		l.con.event("starting_model", map[string]any{"message": strings.TrimSpace(fmt.Sprintf(format, args...))})
-	}
-	var starts map[string]string
-	starts, err = starterDirs(context.Background(), rec, l.backend, say)
+	task, err := l.loadTask(g)
 	if err != nil {
 		return nil, err
 	}
-	roles, err := buildRoles(l.backend, g, max(l.total, 1), from, starts)
-	if err != nil {
+	if err := l.buildRoles(g, from); err != nil {
 		return nil, err
-	}
-	l.roleSet = newRoleSet(roles)
-	if l.primary == nil {
-		return nil, fmt.Errorf("recipe %s has no trainable role", rec.Name)
 	}
 	reward, err := tasks.NewReward(rec.Task.Reward, task)
 	if err != nil {
@@ -286,74 +229,142 @@ func newLoop(rec *schema.Recipe, opts RunOptions, from *resumeFrom) (*loop, erro
 			reward.Close()
 		}
 	}()
-	// The rollout model is the role that pushes its weights to the sampler.
-	rollout := l.primary
-	for _, r := range l.roles {
-		if r.node.Role.SyncToRollout {
-			rollout = r
+	if len(task.Train()) == 0 {
+		return nil, fmt.Errorf("task %s has no training examples", rec.Task.Name)
+	}
+	if rr := l.rolloutRole(); rr.flow != nil {
+		l.newFlowGenerator(rr, task, reward)
+	} else if err := l.newLMGenerator(rr, task, reward); err != nil {
+		return nil, err
+	}
+	l.wire(g)
+	built = true
+	return l, nil
+}
+
+// loadTask reads the recipe's task for the data kind of the first trainable role, checks
+// every record against that kind (here, with the record's file and line, before any model
+// is built, not at the rollout that first draws it), and sizes the LR schedule: total_epochs
+// caps the rollouts by the task's size.
+func (l *loop) loadTask(g *Graph) (tasks.Task, error) {
+	rec := l.rec
+	kind := specializations.DataKind("")
+	for _, n := range g.Nodes {
+		if n.Role.Trainable {
+			kind = n.Contract.Data
 			break
 		}
 	}
-	train := task.Train()
-	if len(train) == 0 {
-		return nil, fmt.Errorf("task %s has no training examples", rec.Task.Name)
-	}
-	if rollout.flow != nil {
-		l.gen = l.newGenerator(&rolloutGen{rec: rec, kind: kind, role: l.primary.name(), feed: &feeder{train: train, seed: uint64(k.Seed)},
-			reward: reward, flow: rollout.flow, strategy: chooseStrategy(l.primary.node.Contract, k, estimators.Needs{})})
-		l.eval = &evaluator{gen: l.gen.rolloutGen, task: task}
-		l.wire(g)
-		built = true
-		return l, nil
-	}
-	tok, err := roleTokenizer(rollout)
+	l.kind, l.unit = kind, kindOf(kind).unit
+	task, err := tasks.NewFor(rec.Task, rec.Knobs)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("task %s: %w", rec.Task.Name, err)
 	}
-	sampler, err := l.rolloutSampler(rollout)
+	if tk := kindOf(kind).examples; tk != "" {
+		for _, exs := range [][]tasks.Example{task.Train(), task.Validation()} {
+			if _, err := tasks.ForKind(exs, tk); err != nil {
+				return nil, fmt.Errorf("task %s: %w", rec.Task.Name, err)
+			}
+		}
+	}
+	l.nTrain = len(task.Train())
+	l.total = l.scheduleSteps(rec.Knobs)
+	return task, nil
+}
+
+// buildRoles builds every role's model (built-in starting models, tiny-sft and
+// tiny-teacher, are trained on first use and cached) and finds the primary role.
+func (l *loop) buildRoles(g *Graph, from *resumeFrom) error {
+	say := func(format string, args ...any) {
+		l.con.printf(format, args...)
+		l.con.event("starting_model", map[string]any{"message": strings.TrimSpace(fmt.Sprintf(format, args...))})
+	}
+	starts, err := starterDirs(context.Background(), l.rec, l.backend, say)
 	if err != nil {
-		return nil, fmt.Errorf("sampler: %w", err)
+		return err
 	}
-	render, templated, err := promptRenderer(rollout.dir)
+	roles, err := buildRoles(l.backend, g, max(l.total, 1), from, starts)
 	if err != nil {
-		return nil, fmt.Errorf("role %q: %w", rollout.name(), err)
+		return err
 	}
-	l.gen = l.newGenerator(&rolloutGen{rec: rec, kind: kind, role: l.primary.name(), feed: &feeder{train: train, seed: uint64(k.Seed)},
+	l.roleSet = newRoleSet(roles)
+	if l.primary == nil {
+		return fmt.Errorf("recipe %s has no trainable role", l.rec.Name)
+	}
+	return nil
+}
+
+// rolloutRole is the role that pushes its weights to the sampler (sync_to_rollout), else
+// the primary role.
+func (l *loop) rolloutRole() *role {
+	for _, r := range l.roles {
+		if r.node.Role.SyncToRollout {
+			return r
+		}
+	}
+	return l.primary
+}
+
+// newFlowGenerator generates the rollouts of the flow recipes from the velocity model of
+// rr, the rollout role.
+func (l *loop) newFlowGenerator(rr *role, task tasks.Task, reward *tasks.Reward) {
+	k := l.rec.Knobs
+	l.gen = l.newGenerator(&rolloutGen{rec: l.rec, kind: l.kind, role: l.primary.name(), feed: &feeder{train: task.Train(), seed: uint64(k.Seed)},
+		reward: reward, flow: rr.flow, strategy: chooseStrategy(l.primary.node.Contract, k, estimators.Needs{})})
+	l.eval = &evaluator{gen: l.gen.rolloutGen, task: task}
+}
+
+// newLMGenerator generates the rollouts of the language-model recipes: the rollout role
+// rr's tokenizer, sampler and prompt template, the teacher's sampler, the strategy of the
+// primary role's data kind, workflow episodes, and the evaluator.
+func (l *loop) newLMGenerator(rr *role, task tasks.Task, reward *tasks.Reward) error {
+	rec, k, train := l.rec, l.rec.Knobs, task.Train()
+	tok, err := roleTokenizer(rr)
+	if err != nil {
+		return err
+	}
+	sampler, err := l.rolloutGenerator(rr) // in-process, or the rollout engine (rollout_remote.go)
+	if err != nil {
+		return fmt.Errorf("sampler: %w", err)
+	}
+	render, templated, err := promptRenderer(rr.dir)
+	if err != nil {
+		return fmt.Errorf("role %q: %w", rr.name(), err)
+	}
+	l.gen = l.newGenerator(&rolloutGen{rec: rec, kind: l.kind, role: l.primary.name(), feed: &feeder{train: train, seed: uint64(k.Seed)},
 		enc: encoder{tok: tok, maxPrompt: k.MaxPromptTokens, templated: templated}, reward: reward, sampler: sampler, tok: tok,
 		render: render})
 	if err := l.gen.renderPrompts(train); err != nil {
-		return nil, fmt.Errorf("task %s: %w", rec.Task.Name, err)
+		return fmt.Errorf("task %s: %w", rec.Task.Name, err)
 	}
 	if t := l.primary.node.Role.InitString("teacher"); t != "" && l.byName[t] != nil {
 		if l.gen.teacher, err = runtime.NewSampler(l.backend, l.byName[t].model); err != nil {
-			return nil, fmt.Errorf("teacher sampler: %w", err)
+			return fmt.Errorf("teacher sampler: %w", err)
 		}
 	}
 	l.gen.strategy = chooseStrategy(l.primary.node.Contract, k, estimators.NeedsOf(k.EstimatorFor(l.primary.name())))
 	l.unit = max(l.unit, l.gen.strategy.unit())
 	if w := rec.Task.Workflow; w != nil {
-		if l.gen.workflow, err = newWorkflowGen(w, rollout.model.Config.MaxPositions); err != nil {
-			return nil, err
+		if l.gen.workflow, err = newWorkflowGen(w, rr.model.Config.MaxPositions); err != nil {
+			return err
 		}
 		if tr, ok := render.(templateRenderer); ok {
 			l.gen.workflow.render = tr.workflowRenderer()
 		}
 	}
 	if l.eval, err = newEvaluator(l.gen.rolloutGen, task); err != nil {
-		return nil, err
+		return err
 	}
-	if t := rollout.node.Role.InitString("teacher"); t != "" && l.byName[t] != nil && l.byName[t].model != nil {
-		if l.eval.kl, err = newKLProbe(l.backend, rollout.model, l.byName[t].model); err != nil {
-			return nil, err
+	if t := rr.node.Role.InitString("teacher"); t != "" && l.byName[t] != nil && l.byName[t].model != nil {
+		if l.eval.kl, err = newKLProbe(l.backend, rr.model, l.byName[t].model); err != nil {
+			return err
 		}
 	}
 	l.gen.retried = l.gen.logRetry
-	if opts.hooks != nil {
-		l.gen.fault = opts.hooks.rolloutFault
+	if l.opts.hooks != nil {
+		l.gen.fault = l.opts.hooks.rolloutFault
 	}
-	l.wire(g)
-	built = true
-	return l, nil
+	return nil
 }
 
 // wire builds the loop's collaborators over what newLoop made.
@@ -366,21 +377,11 @@ func (l *loop) wire(g *Graph) {
 // expectedRows is the number of rows a rollout holds before rejection.
 func (l *loop) expectedRows(kind specializations.DataKind) int {
 	k := l.rec.Knobs
-	switch kind {
-	case specializations.DataSFT:
-		return k.RolloutBatchSize
-	case specializations.DataPreference:
-		return 2 * k.RolloutBatchSize
-	case specializations.DataKTO:
-		return 0 // one step over the labelled and mismatched rows
-	case specializations.DataFlowRL:
-		return k.RolloutBatchSize * max(k.NSamplesPerPrompt, 1) * max(k.FlowSteps, 1)
-	}
 	if w := l.rec.Task.Workflow; w != nil {
 		// One row per turn: the schedule spans the longest episodes.
 		return k.RolloutBatchSize * max(k.NSamplesPerPrompt, 1) * w.MaxTurns
 	}
-	return k.RolloutBatchSize * max(k.NSamplesPerPrompt, 1)
+	return kindOf(kind).rows(k)
 }
 
 // scheduleSteps is the number of optimizer steps the LR schedule spans
@@ -405,8 +406,8 @@ func (l *loop) stepsPerPass(rows int) int {
 // rowsPerStep is the mini-batch of one optimizer step, a whole number of units.
 func (l *loop) rowsPerStep() int {
 	tb := l.rec.Knobs.TrainBatch()
-	if l.gen != nil && l.gen.kind == specializations.DataKTO {
-		return 0 // KTO's mismatched rows must share a step with their examples
+	if l.gen != nil && kindOf(l.gen.kind).wholeRollout {
+		return 0 // e.g. KTO's mismatched rows must share a step with their examples
 	}
 	if l.unit > 1 {
 		tb = max(tb/l.unit, 1) * l.unit
@@ -748,12 +749,9 @@ func (l *loop) epochsDone() bool {
 // really handed out (epochsDone).
 func (l *loop) plannedRollouts(k schema.Knobs) int {
 	n := k.NumRollout
-	per := max(k.RolloutBatchSize, 1)
-	switch l.kind {
-	case specializations.DataFlow:
-		per *= max(k.NSamplesPerPrompt, 1)
-	case specializations.DataFlowRL:
-		return n // the flow sampler draws no examples
+	per := kindOf(l.kind).drawn(k)
+	if per <= 0 {
+		return n // e.g. the flow sampler draws no examples
 	}
 	if k.TotalEpochs > 0 && l.nTrain > 0 {
 		n = min(n, (k.TotalEpochs*l.nTrain+per-1)/per)

@@ -53,6 +53,7 @@ func (c *checkpointer) open() error {
 		if err := c.dir.WriteRecipe(1, text); err != nil {
 			return err
 		}
+		c.nameLoRABases()
 		if err := c.keepInitial(); err != nil {
 			return err
 		}
@@ -61,6 +62,7 @@ func (c *checkpointer) open() error {
 			Message: c.backend.Describe()})
 	}
 	c.dir = rp.dir
+	c.nameLoRABases()
 	for _, n := range c.dir.Notes() {
 		c.con.printf("resume: %s\n", n)
 	}
@@ -97,6 +99,18 @@ func (c *checkpointer) open() error {
 	return c.dir.LogEvent(rundir.Event{Type: rundir.EventRunResume, Rollout: c.state.Rollout, Version: c.version, Checkpoint: rp.cp.Path})
 }
 
+// nameLoRABases makes the saved adapters of LoRA roles on a built-in base name the copy of
+// that base in the run directory (keepInitial writes it) as their base model.
+func (c *checkpointer) nameLoRABases() {
+	for _, r := range c.roles {
+		if r.model != nil && r.model.LoRA() != nil && r.dir == "" {
+			if p, err := filepath.Abs(c.dir.InitialPath(r.name())); err == nil {
+				r.model.SetAdapterBase(p)
+			}
+		}
+	}
+}
+
 // keepInitial keeps in the run directory the initial weights that a resume
 // needs and no checkpoint holds: those of frozen roles and of the frozen
 // reference of with_ref roles, where they come from a model directory.
@@ -104,7 +118,17 @@ func (c *checkpointer) open() error {
 // reported.
 func (c *checkpointer) keepInitial() error {
 	for _, r := range c.roles {
-		if r.flow != nil || r.dir == "" || (r.ref == nil && r.trainer != nil) {
+		if r.model != nil && r.model.LoRA() != nil && r.dir == "" {
+			// A built-in base has no directory for saved adapters to name: it is written
+			// once into the run directory, where `stx merge` finds it.
+			if err := r.model.SaveHF(c.dir.InitialPath(r.name()), 0); err != nil {
+				return fmt.Errorf("role %q: base of the adapters: %w", r.name(), err)
+			}
+			continue
+		}
+		// A LoRA role resumes from its base and its saved adapters: its base is kept.
+		lora := r.model != nil && r.model.LoRA() != nil
+		if r.flow != nil || r.dir == "" || (r.ref == nil && r.trainer != nil && !lora) {
 			continue
 		}
 		files, err := modelFiles(r.dir)

@@ -6,7 +6,6 @@ import (
 
 	"stx.dev/stx/engine/rundir"
 	"stx.dev/stx/rollout"
-	"stx.dev/stx/specializations"
 )
 
 // generator is the loop's generation collaborator (rollout_manager.generate
@@ -30,6 +29,9 @@ func (l *loop) newGenerator(rg *rolloutGen) *generator {
 // generate draws rollout id's data with a seed from the run's RNG; with
 // task.reward_role, that role scores it instead of the task's reward functions.
 func (g *generator) generate(id int) (*batch, error) {
+	if b, ok, err := g.ahead(id); ok { // asynchronous rollouts (async.go)
+		return b, err
+	}
 	seed := g.rng.Uint64()
 	b, err := g.rolloutGen.generate(id, seed)
 	if err != nil {
@@ -54,7 +56,7 @@ func (g *generator) rolloutMetrics(id int, b *batch) map[string]float64 {
 	for name, v := range b.metrics {
 		base[name] = v
 	}
-	if b.wf == nil && (g.kind == specializations.DataRL || g.kind == specializations.DataImitation || g.kind == specializations.DataFlowRL) {
+	if b.wf == nil && kindOf(g.kind).rewarded {
 		for name, v := range rewardMetrics(b.data) {
 			base[name] = v
 		}

@@ -79,7 +79,7 @@ var hotKnobUses = func() map[string]knobUse {
 			"eval_every", "save_every", "keep_checkpoints", "log_episodes_every",
 			"n_val_samples_per_prompt", "max_val_prompts", "correct_threshold",
 			"min_trajs_per_group", "filter_uniform_groups", "min_partial_solve_tasks",
-			"dynamic_sampling", "max_num_gen_batches", "rollout_retries"},
+			"dynamic_sampling", "max_num_gen_batches", "rollout_retries", "max_staleness"},
 		useSchedule: {"lr", "lr_schedule", "warmup_ratio", "warmup_steps", "min_lr_ratio"},
 		useHost: {"entropy_coef", "kl_loss_coef", "kl_coef",
 			"norm_adv_by_std", "adv_epsilon", "std_ddof", "gamma", "lambda", "whiten_advantages",

@@ -41,8 +41,8 @@ type trained struct {
 // batchOptions are PrepareBatch's options for a role.
 func (e *env) batchOptions(r *role, id int) specializations.BatchOptions {
 	mbs := e.rec.Knobs.MicroBatchSize
-	if r.node.Contract.Data == specializations.DataPreference {
-		mbs = max(mbs/2, 1) // micro-batches of pairs
+	if u := kindOf(r.node.Contract.Data).unit; u > 1 {
+		mbs = max(mbs/u, 1) // micro-batches of whole examples (pairs)
 	}
 	pad := int32(0)
 	if r.model != nil {
@@ -62,6 +62,46 @@ func (tr *trainer) step(id, pass int, d *rollout.Rollout) (trained, error) {
 	if err != nil {
 		return trained{}, err
 	}
+	if err := tr.injectSyncs(id, d); err != nil {
+		return trained{}, err
+	}
+	tSync := time.Since(t)
+
+	t = time.Now()
+	outs := tr.trainPools(id, d)
+	tTrain := time.Since(t)
+	nsteps := -1
+	for _, r := range tr.roles {
+		if !r.trainable() {
+			continue
+		}
+		o := outs[r.index]
+		if o.err != nil {
+			return trained{}, o.err
+		}
+		if nsteps < 0 || len(o.results) < nsteps {
+			nsteps = len(o.results)
+		}
+	}
+	recs, err := tr.stepRecords(id, pass, outs, max(nsteps, 0))
+	if err != nil {
+		return trained{}, err
+	}
+	ntok, nTrained := 0, 0
+	for _, row := range d.Tokens {
+		ntok += len(row)
+	}
+	for _, r := range tr.roles {
+		if r.trainable() {
+			nTrained++
+		}
+	}
+	return trained{records: recs, sync: tSync, train: tTrain, tokens: ntok * nTrained}, nil
+}
+
+// injectSyncs runs the inject syncs in dependency order: each source role produces its
+// keys into d under the target's names.
+func (tr *trainer) injectSyncs(id int, d *rollout.Rollout) error {
 	for _, s := range tr.g.Syncs {
 		src := tr.byName[s.Source]
 		targets := s.TargetKeys
@@ -69,21 +109,27 @@ func (tr *trainer) step(id, pass int, d *rollout.Rollout) (trained, error) {
 			targets = s.Keys
 		}
 		if src.self == nil {
-			return trained{}, fmt.Errorf("sync %s → %s: role %q produces nothing", s.Source, s.Target, s.Source)
+			return fmt.Errorf("sync %s → %s: role %q produces nothing", s.Source, s.Target, s.Source)
 		}
 		if err := produceInto(src.self, d, tr.batchOptions(src, id), s.Keys, targets); err != nil {
-			return trained{}, fmt.Errorf("sync %s → %s: %w", s.Source, s.Target, err)
+			return fmt.Errorf("sync %s → %s: %w", s.Source, s.Target, err)
 		}
 	}
-	tSync := time.Since(t)
+	return nil
+}
 
-	t = time.Now()
-	type outcome struct {
-		results []runtime.StepResult
-		extra   map[string]float64
-		err     error
-	}
-	outs := make([]outcome, len(tr.roles))
+// roleOutcome is what one role's training on a rollout gave: a result per optimizer step,
+// the rollout's extra metrics (advantages), or the error that stopped it.
+type roleOutcome struct {
+	results []runtime.StepResult
+	extra   map[string]float64
+	err     error
+}
+
+// trainPools trains every trainable role on d, indexed by role: the roles of a pool one
+// after another, pools concurrently.
+func (tr *trainer) trainPools(id int, d *rollout.Rollout) []roleOutcome {
+	outs := make([]roleOutcome, len(tr.roles))
 	var wg sync.WaitGroup
 	for _, pool := range tr.g.Pools {
 		var members []*role
@@ -100,7 +146,7 @@ func (tr *trainer) step(id, pass int, d *rollout.Rollout) (trained, error) {
 			defer wg.Done()
 			for _, r := range members {
 				res, extra, err := tr.trainRole(r, d, id)
-				outs[r.index] = outcome{res, extra, err}
+				outs[r.index] = roleOutcome{res, extra, err}
 				if err != nil {
 					return
 				}
@@ -108,26 +154,15 @@ func (tr *trainer) step(id, pass int, d *rollout.Rollout) (trained, error) {
 		}()
 	}
 	wg.Wait()
-	tTrain := time.Since(t)
-	nsteps := -1
-	for _, r := range tr.roles {
-		if !r.trainable() {
-			continue
-		}
-		o := outs[r.index]
-		if o.err != nil {
-			return trained{}, o.err
-		}
-		if nsteps < 0 || len(o.results) < nsteps {
-			nsteps = len(o.results)
-		}
-	}
-	ntok := 0
-	for _, row := range d.Tokens {
-		ntok += len(row)
-	}
+	return outs
+}
+
+// stepRecords turns the first nsteps optimizer steps of every trained role into one
+// metrics record per step, counting the run's steps (total_batches ends them); a NaN or
+// Inf loss or gradient stops the run naming the role and step.
+func (tr *trainer) stepRecords(id, pass int, outs []roleOutcome, nsteps int) ([]map[string]float64, error) {
 	var recs []map[string]float64
-	for s := range max(nsteps, 0) {
+	for s := range nsteps {
 		tr.state.Step++
 		rec := map[string]float64{"step": float64(tr.state.Step), "pass": float64(pass)}
 		for _, r := range tr.roles {
@@ -147,13 +182,7 @@ func (tr *trainer) step(id, pass int, d *rollout.Rollout) (trained, error) {
 				rec[name] = v
 			}
 			if bad := nonFinite(res); bad != "" {
-				msg := fmt.Sprintf("role %q, step %d (rollout %d): %s", r.name(), tr.state.Step, id+1, bad)
-				tr.dir.LogEvent(rundir.Event{Type: rundir.EventNaNDetected, Rollout: id, Message: msg})
-				last := "none"
-				if cp, ok, _ := tr.dir.Latest(); ok {
-					last = cp.Path
-				}
-				return trained{}, fmt.Errorf("%w: %s; the last good checkpoint is kept (%s)", ErrNonFinite, msg, last)
+				return nil, tr.nonFiniteStop(r, id, bad)
 			}
 		}
 		recs = append(recs, rec)
@@ -161,13 +190,19 @@ func (tr *trainer) step(id, pass int, d *rollout.Rollout) (trained, error) {
 			break
 		}
 	}
-	nTrained := 0
-	for _, r := range tr.roles {
-		if r.trainable() {
-			nTrained++
-		}
+	return recs, nil
+}
+
+// nonFiniteStop records a NaN or Inf of role r's step in events.jsonl and returns the error
+// that stops the run, naming the last good checkpoint.
+func (tr *trainer) nonFiniteStop(r *role, id int, bad string) error {
+	msg := fmt.Sprintf("role %q, step %d (rollout %d): %s", r.name(), tr.state.Step, id+1, bad)
+	tr.dir.LogEvent(rundir.Event{Type: rundir.EventNaNDetected, Rollout: id, Message: msg})
+	last := "none"
+	if cp, ok, _ := tr.dir.Latest(); ok {
+		last = cp.Path
 	}
-	return trained{records: recs, sync: tSync, train: tTrain, tokens: ntok * nTrained}, nil
+	return fmt.Errorf("%w: %s; the last good checkpoint is kept (%s)", ErrNonFinite, msg, last)
 }
 
 func nonFinite(res runtime.StepResult) string {
@@ -232,7 +267,7 @@ func (tr *trainer) trainRole(r *role, d *rollout.Rollout, id int) ([]runtime.Ste
 		}
 	}
 	var extra map[string]float64
-	if ac, ok := r.spec.(specializations.AdvantageComputer); ok && r.node.Contract.Estimator {
+	if ac, ok := r.spec.(specializations.AdvantageComputer); ok {
 		warns, err := ac.ComputeAdvantages(rd)
 		if err != nil {
 			return nil, nil, fmt.Errorf("role %q advantages: %w", r.name(), err)

@@ -2,7 +2,6 @@ package engine
 
 import (
 	"fmt"
-	"math"
 
 	"github.com/gomlx/gomlx/pkg/core/graph"
 	"github.com/gomlx/gomlx/pkg/core/tensors"
@@ -16,6 +15,12 @@ import (
 // loss of their own, on data of their own): the reverse KL(student ‖ teacher) of the full
 // next-token distributions at every completion token of the student's validation samples,
 // averaged over those tokens. The distributions are the models' own (temperature 1).
+//
+// No full distribution reaches the host: the teacher's log-probs [rows, T, V] (a call of at
+// most probeElements, computed a chunk of positions at a time by runtime.Model.HeadRows) stay
+// a device tensor that the student's evaluator takes as its input, reducing KL over the
+// vocabulary there with its own logits likewise in chunks; only the [rows, T] divergences
+// are copied back.
 type klProbe struct {
 	student, teacher *runtime.Evaluator
 	pad              int32
@@ -26,23 +31,45 @@ type klProbe struct {
 // 128 MiB): a real vocabulary (151,936) makes 64 sequences of 256 tokens 10 GB.
 const probeElements = 32 << 20
 
-func logSoftmaxFn(ctx *context.Context, m *runtime.Model, batch map[string]*graph.Node) map[string]*graph.Node {
-	return map[string]*graph.Node{"logp": runtime.LogSoftmaxLast(m.Logits(ctx, m.Forward(ctx, batch[bTokensKey])))}
+// Inputs and outputs of the probe's evaluators.
+const (
+	bTokensKey     = "tokens"       // right-padded token ids [R, T]
+	bTeacherLogp   = "teacher_logp" // the teacher's log-probs [R, T, V], the student's input
+	outLogp        = "logp"         // the teacher's output
+	outPositionKLs = "kl"           // the student's output: KL(student ‖ teacher) [R, T]
+)
+
+// teacherLogpFn is the teacher's log-softmax at every position, a chunk of positions at a time.
+func teacherLogpFn(ctx *context.Context, m *runtime.Model, batch map[string]*graph.Node) map[string]*graph.Node {
+	h := m.Forward(ctx, batch[bTokensKey])
+	return map[string]*graph.Node{outLogp: m.HeadRows(ctx, h, nil, func(z *graph.Node, _ []*graph.Node) *graph.Node {
+		return runtime.LogSoftmaxLast(z)
+	})}
 }
 
-// bTokensKey is the probe's one input: right-padded token ids [R, T].
-const bTokensKey = "tokens"
+// studentKLFn is Σ_v exp(ls_v)·(ls_v − lt_v) at every position, with ls the student's
+// log-softmax and lt the teacher's log-probs given as input; the sum over the vocabulary runs
+// on the device, a chunk of positions at a time.
+func studentKLFn(ctx *context.Context, m *runtime.Model, batch map[string]*graph.Node) map[string]*graph.Node {
+	h := m.Forward(ctx, batch[bTokensKey])
+	kl := m.HeadRows(ctx, h, []*graph.Node{batch[bTeacherLogp]}, func(z *graph.Node, rows []*graph.Node) *graph.Node {
+		ls := runtime.LogSoftmaxLast(z)
+		lt := graph.ConvertDType(rows[0], ls.DType())
+		return graph.ReduceAndKeep(graph.Mul(graph.Exp(ls), graph.Sub(ls, lt)), graph.ReduceSum, -1)
+	})
+	return map[string]*graph.Node{outPositionKLs: graph.Squeeze(kl, -1)}
+}
 
 func newKLProbe(b *runtime.Backend, student, teacher *runtime.Model) (*klProbe, error) {
 	if student.Config.VocabSize != teacher.Config.VocabSize {
 		return nil, fmt.Errorf("teacher KL: the student's vocabulary (%d) and the teacher's (%d) differ",
 			student.Config.VocabSize, teacher.Config.VocabSize)
 	}
-	s, err := runtime.NewEvaluator(b, student, logSoftmaxFn)
+	s, err := runtime.NewEvaluator(b, student, studentKLFn)
 	if err != nil {
 		return nil, fmt.Errorf("teacher KL: %w", err)
 	}
-	t, err := runtime.NewEvaluator(b, teacher, logSoftmaxFn)
+	t, err := runtime.NewEvaluator(b, teacher, teacherLogpFn)
 	if err != nil {
 		return nil, fmt.Errorf("teacher KL: %w", err)
 	}
@@ -77,28 +104,29 @@ func (p *klProbe) measure(prompts, completions [][]int32) (float64, error) {
 		if err != nil {
 			return 0, err
 		}
-		in := map[string]*tensors.Tensor{bTokensKey: tensors.FromFlatDataAndDimensions(tok, R, T)}
-		ls, err := p.logp(p.student, in)
+		tokens := tensors.FromFlatDataAndDimensions(tok, R, T)
+		lt, err := p.teacher.Run(map[string]*tensors.Tensor{bTokensKey: tokens})
 		if err != nil {
-			return 0, err
+			return 0, fmt.Errorf("teacher KL: teacher: %w", err)
 		}
-		lt, err := p.logp(p.teacher, in)
+		out, err := p.student.Run(map[string]*tensors.Tensor{bTokensKey: tokens, bTeacherLogp: lt[outLogp]})
+		// The teacher's chunk of distributions is freed now rather than when collected.
+		if ferr := lt[outLogp].FinalizeAll(); ferr != nil && err == nil {
+			err = ferr
+		}
 		if err != nil {
-			return 0, err
+			return 0, fmt.Errorf("teacher KL: student: %w", err)
 		}
-		V := len(ls) / (R * T)
+		kls, err := tensors.CopyFlatData[float32](out[outPositionKLs])
+		if err != nil {
+			return 0, fmt.Errorf("teacher KL: %w", err)
+		}
 		for r := range seqs {
 			i := lo + r
 			// Position t predicts token t+1: the completion's tokens are predicted from
 			// positions len(prompt)-1 … len(seq)-2.
 			for t := len(prompts[i]) - 1; t < len(seqs[r])-1; t++ {
-				base := (r*T + t) * V
-				kl := 0.0
-				for v := range V {
-					a, b := float64(ls[base+v]), float64(lt[base+v])
-					kl += math.Exp(a) * (a - b)
-				}
-				sum += kl
+				sum += float64(kls[r*T+t])
 				n++
 			}
 		}
@@ -107,16 +135,4 @@ func (p *klProbe) measure(prompts, completions [][]int32) (float64, error) {
 		return 0, nil
 	}
 	return sum / float64(n), nil
-}
-
-func (p *klProbe) logp(e *runtime.Evaluator, in map[string]*tensors.Tensor) ([]float32, error) {
-	out, err := e.Run(in)
-	if err != nil {
-		return nil, fmt.Errorf("teacher KL: %w", err)
-	}
-	flat, err := tensors.CopyFlatData[float32](out["logp"])
-	if err != nil {
-		return nil, fmt.Errorf("teacher KL: %w", err)
-	}
-	return flat, nil
 }

@@ -15,7 +15,7 @@ const (
 	KeyValues          = "values"            // critic predictions per token
 	KeyTeacherLogProbs = "teacher_log_probs" // teacher's log-probs of the student's tokens
 	KeyLogits          = "logits"            // full next-token logits
-	KeyTeacherLogits   = "teacher_logits"    // teacher's full logits
+	KeyTeacherLogits   = "teacher_logits"    // teacher's full logits, or its top-k column (knobs.gkd_teacher_top_k)
 	KeyActions         = "actions"           // a model's greedy token at each position
 	KeyTeacherActions  = "teacher_actions"   // the teacher's labels at the student's states
 	KeySamples         = "samples"           // continuous data points (flow matching)

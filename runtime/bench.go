@@ -24,6 +24,11 @@ type BenchOptions struct {
 	// real model's shape the train steps may need more memory than the machine has while
 	// forward and sampling still fit.
 	Only string
+	// LoRA, when set, gives the model these adapters before measuring: the forward and
+	// sampling runs compute base + adapters (the sampler merges them into its copy), the train
+	// steps train the adapters alone with the base, adapters off, as the frozen reference (no
+	// second copy of the weights, as a LoRA role runs).
+	LoRA *LoRAConfig
 }
 
 // BenchNames are the measurements of Bench, in the order it runs them.
@@ -173,6 +178,11 @@ func Bench(b *Backend, m *Model, opt BenchOptions) ([]Measurement, error) {
 	if err != nil {
 		return nil, err
 	}
+	if opt.LoRA != nil {
+		if err := m.AddLoRA(*opt.LoRA, opt.Seed+2); err != nil {
+			return nil, err
+		}
+	}
 	c := m.Config
 	rng := rand.New(rand.NewPCG(opt.Seed, 1))
 	rows, length := opt.Batch, opt.SeqLen
@@ -222,13 +232,21 @@ func benchTrain(b *Backend, m *Model, sc *Scorer, seqs [][]int32, rng *rand.Rand
 
 	// GRPO-style train step: the reference's forward (frozen, separate graph, as a sync would
 	// run it; m, which training leaves untouched, plays the reference) and the policy's step.
-	policy, err := NewModel(c, opt.Seed+1)
-	if err != nil {
-		return err
+	policy, refScorer := m, sc
+	if m.LoRA() != nil {
+		// LoRA: the policy is m's adapters, the reference m's base.
+		var err error
+		if refScorer, err = NewScorer(b, m.WithoutAdapters()); err != nil {
+			return err
+		}
+	} else {
+		var err error
+		if policy, err = NewModel(c, opt.Seed+1); err != nil {
+			return err
+		}
+		policy.ActivationCheckpointing = m.ActivationCheckpointing
+		policy.ComputeDType = m.ComputeDType
 	}
-	policy.ActivationCheckpointing = m.ActivationCheckpointing
-	policy.ComputeDType = m.ComputeDType
-	refScorer := sc
 	pad := int32(max(c.PAD, 0))
 	tokens, mask, err := PadTokens(seqs, rows, length, pad)
 	if err != nil {

@@ -48,7 +48,15 @@ func (t *Trainer) SaveCheckpoint(dir string, rng []byte) error {
 		return fmt.Errorf("checkpoint: %w", err)
 	}
 	defer os.RemoveAll(tmp) // no-op after a successful rename
-	if err := t.m.SaveHF(tmp, 0); err != nil {
+	// A LoRA model saves its adapters alone, in PEFT's layout: the base is frozen, and opens
+	// from where it came from.
+	lm, lora := t.m.(*Model)
+	lora = lora && lm.lora != nil
+	if lora {
+		if err := lm.SaveAdapters(tmp, lm.adapterBase()); err != nil {
+			return fmt.Errorf("checkpoint: %w", err)
+		}
+	} else if err := t.m.SaveHF(tmp, 0); err != nil {
 		return fmt.Errorf("checkpoint: %w", err)
 	}
 	var opt []safetensors.Tensor
@@ -72,7 +80,7 @@ func (t *Trainer) SaveCheckpoint(dir string, rng []byte) error {
 	// A model saved in a narrower dtype than float32 (a bf16 checkpoint stays bf16) keeps its
 	// float32 master weights here, so that resuming continues from the exact weights.
 	for _, p := range t.m.Params() {
-		if t.m.SaveDType(p.Name) == safetensors.F32 {
+		if lora || t.m.SaveDType(p.Name) == safetensors.F32 {
 			continue
 		}
 		data, err := t.m.ParamValues(p.Name)
@@ -143,7 +151,11 @@ func (t *Trainer) LoadCheckpoint(dir string) (rng []byte, err error) {
 	if err := st.Schedule.Validate(); err != nil {
 		return nil, fmt.Errorf("checkpoint %s: %s: %w", dir, stateFile, err)
 	}
-	if err := t.m.LoadWeights(dir); err != nil {
+	if lm, ok := t.m.(*Model); ok && lm.lora != nil {
+		if err := lm.LoadAdapters(dir); err != nil {
+			return nil, fmt.Errorf("checkpoint: %w", err)
+		}
+	} else if err := t.m.LoadWeights(dir); err != nil {
 		return nil, fmt.Errorf("checkpoint: %w", err)
 	}
 	f, err := safetensors.ReadFile(filepath.Join(dir, optimizerFile))

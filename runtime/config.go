@@ -4,11 +4,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
-	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
-	"strings"
 
 	"stx.dev/stx/internal/plainfile"
 )
@@ -234,63 +231,6 @@ func (c Config) NumParams() int {
 	return n
 }
 
-// checkMemory refuses a model whose float32 weights alone would not fit in this machine's
-// memory, before anything is allocated for it.
-func (c Config) checkMemory() error {
-	need := uint64(c.NumParams()) * 4
-	limit, what := memoryLimit()
-	if need > limit {
-		return fmt.Errorf("model config: %d parameters need %.1f GiB as float32, more than the %.1f GiB of %s",
-			c.NumParams(), float64(need)/(1<<30), float64(limit)/(1<<30), what)
-	}
-	return nil
-}
-
-// MemoryLimit returns the memory available to this process, in bytes: the smaller of the
-// machine's physical memory and the cgroup's limit, or 1 TiB where neither can be read.
-func MemoryLimit() uint64 {
-	limit, _ := memoryLimit()
-	return limit
-}
-
-// MemoryAvailable returns the memory the kernel reports available now (MemAvailable in
-// /proc/meminfo: free memory plus what it can reclaim), or 0 where it cannot be read.
-func MemoryAvailable() uint64 {
-	kb, _ := procKB("/proc/meminfo", "MemAvailable:")
-	return kb << 10
-}
-
-// procKB reads the kB figure of the line starting with key in a /proc file such as
-// /proc/meminfo or /proc/self/status; ok is false where the file or the line is missing.
-func procKB(path, key string) (kb uint64, ok bool) {
-	raw, err := os.ReadFile(path)
-	if err != nil {
-		return 0, false
-	}
-	for _, line := range strings.Split(string(raw), "\n") {
-		if f := strings.Fields(line); len(f) >= 2 && f[0] == key {
-			kb, err := strconv.ParseUint(f[1], 10, 64)
-			return kb, err == nil
-		}
-	}
-	return 0, false
-}
-
-// memoryLimit returns the memory available to this process: the smaller of the machine's
-// physical memory and the cgroup's limit, or 1 TiB where neither can be read.
-func memoryLimit() (uint64, string) {
-	limit, what := uint64(1)<<40, "the default limit"
-	if kb, ok := procKB("/proc/meminfo", "MemTotal:"); ok {
-		limit, what = kb<<10, "this machine's memory"
-	}
-	if raw, err := os.ReadFile("/sys/fs/cgroup/memory.max"); err == nil {
-		if b, err := strconv.ParseUint(strings.TrimSpace(string(raw)), 10, 64); err == nil && b < limit {
-			limit, what = b, "this process's cgroup memory limit"
-		}
-	}
-	return limit, what
-}
-
 // Built-in named configs. Both use the byte-level tokenizer's special ids.
 var builtinConfigs = map[string]Config{
 	// tiny is for tests and demos: small enough to train at thousands of tokens/s on a CPU.
@@ -359,7 +299,8 @@ type hfConfig struct {
 // maxConfigFile bounds a model's config.json (real ones are a few KB).
 const maxConfigFile = 64 << 20
 
-// ReadHFConfig reads dir/config.json and maps it to a Config.
+// ReadHFConfig reads dir/config.json and maps it to a Config of a model that fits this
+// machine's memory.
 func ReadHFConfig(dir string) (Config, error) {
 	path := filepath.Join(dir, "config.json")
 	// Bounded, and never a FIFO or a device: a model directory is a download.
@@ -368,6 +309,9 @@ func ReadHFConfig(dir string) (Config, error) {
 		return Config{}, fmt.Errorf("reading model config: %w", err)
 	}
 	cfg, err := ParseHFConfig(data)
+	if err == nil {
+		err = cfg.CheckMachineMemory()
+	}
 	if err != nil {
 		return Config{}, fmt.Errorf("%s: %w", path, err)
 	}
@@ -404,21 +348,10 @@ func specialID(f float64) int {
 
 // ParseHFConfig maps the contents of a Hugging Face config.json to a Config. Architectures
 // and options this package does not implement are refused with an error naming them, and the
-// sizes are checked against the package limits and this machine's memory, so that nothing is
-// allocated for a model that cannot be loaded.
+// sizes are checked against the package limits. It reads nothing of the machine: whether the
+// model fits this machine's memory is checked where a model is read or built (ReadHFConfig,
+// InitHF: CheckMachineMemory).
 func ParseHFConfig(data []byte) (Config, error) {
-	c, err := parseHFConfig(data)
-	if err != nil {
-		return Config{}, err
-	}
-	if err := c.checkMemory(); err != nil {
-		return Config{}, err
-	}
-	return c, nil
-}
-
-// parseHFConfig is ParseHFConfig without the check against this machine's memory.
-func parseHFConfig(data []byte) (Config, error) {
 	var h hfConfig
 	if err := json.Unmarshal(data, &h); err != nil {
 		return Config{}, fmt.Errorf("parsing config.json: %w", err)

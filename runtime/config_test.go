@@ -44,7 +44,7 @@ func TestParsePublishedConfigs(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := parseHFConfig([]byte(tc.json))
+			got, err := ParseHFConfig([]byte(tc.json))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -59,7 +59,7 @@ func TestParsePublishedConfigs(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			back, err := parseHFConfig(js)
+			back, err := ParseHFConfig(js)
 			if err != nil || !reflect.DeepEqual(back, got) {
 				t.Fatalf("round trip: %+v, %v\n%s", back, err, js)
 			}
@@ -71,7 +71,7 @@ func TestParsePublishedConfigs(t *testing.T) {
 // wavelength is under 2048 positions keep their frequency, those over 8192 are divided by 32,
 // those between are interpolated (monotonically, between the two).
 func TestRopeLlama3Frequencies(t *testing.T) {
-	c, err := parseHFConfig([]byte(llama32_1B))
+	c, err := ParseHFConfig([]byte(llama32_1B))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -173,8 +173,27 @@ func TestParseHFConfigRefusals(t *testing.T) {
 	// Every size within its bound, yet petabytes of weights: refused before any allocation.
 	huge := edit(llama2_7B, map[string]any{"num_hidden_layers": 1024, "hidden_size": 65536, "intermediate_size": 1 << 20,
 		"num_attention_heads": 64, "num_key_value_heads": 64})
-	if _, err := ParseHFConfig([]byte(huge)); err == nil || !strings.Contains(err.Error(), "GiB as float32, more than") {
-		t.Errorf("absurd model: %v", err)
+	// Parsing reads nothing of the machine; reading the model directory or building the
+	// model checks it.
+	c, err := ParseHFConfig([]byte(huge))
+	if err != nil {
+		t.Fatalf("absurd model's config: %v", err)
+	}
+	if err := c.checkMemory(64<<30, "64 GiB"); err == nil || !strings.Contains(err.Error(), "GiB as float32, more than the 64.0 GiB of 64 GiB") {
+		t.Errorf("absurd model against 64 GiB: %v", err)
+	}
+	if err := (Config{VocabSize: 10, Hidden: 4, Layers: 1, Heads: 1, KVHeads: 1, Intermediate: 8}).checkMemory(1<<20, "1 MiB"); err != nil {
+		t.Errorf("a small model against 1 MiB: %v", err)
+	}
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "config.json"), []byte(huge), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ReadHFConfig(dir); err == nil || !strings.Contains(err.Error(), "GiB as float32, more than") {
+		t.Errorf("absurd model directory: %v", err)
+	}
+	if _, err := InitHF([]byte(huge), 1, "F32"); err == nil || !strings.Contains(err.Error(), "GiB as float32, more than") {
+		t.Errorf("absurd model built: %v", err)
 	}
 }
 

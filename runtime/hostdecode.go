@@ -4,20 +4,21 @@ import (
 	"fmt"
 	"math"
 	"runtime"
+	"strings"
 	"sync"
 
 	"github.com/gomlx/gomlx/pkg/core/dtypes"
 	"github.com/gomlx/gomlx/pkg/core/tensors"
 
 	"stx.dev/stx/runtime/cpu"
-	"stx.dev/stx/runtime/cpu/blas"
 )
 
 // hostDecoder runs the sampler's prefill and decode steps in plain Go on the CPU, the products
-// through OpenBLAS when it is loaded. With SimpleGo a decode step is a handful of
+// through rowMatMul (C kernels where cgo is available). With SimpleGo a decode step is a handful of
 // [batch, in]·[out, in] products with batch ≈ 8, which SimpleGo executes with its small-matrix
 // kernel at about 1 GFLOP/s and with a copy of every input; a matrix-times-few-vectors loop that
-// streams each weight row once is several times faster.
+// streams each weight row once is several times faster, and OpenBLAS, which packs the weights
+// at every call, is slower at these shapes and rounds a row differently with the number of rows.
 // It computes exactly the model of forward (same weights, same RoPE, same masking), in float32,
 // and is checked against the full forward in the tests. For a model computing in bfloat16
 // (Model.ComputeDType) it computes what the graph's bfloat16 products do (see bf16): every
@@ -31,7 +32,8 @@ type hostDecoder struct {
 	norm    []float32 // final RMSNorm weight
 	head    []float32 // lm_head (or the embeddings when tied), in the layout of the layers
 	workers int
-	// transposed says that the projections are stored [in, out] for OpenBLAS (see hostLayer).
+	// transposed says that the projections are stored [in, out] (see hostLayer); never set
+	// now that rowMatMul reads them [out, in].
 	transposed bool
 	// bf16 mirrors a model whose products compute in bfloat16: the projections and the head
 	// are stored rounded to bfloat16 (as float32 values), each product's input is rounded
@@ -45,7 +47,12 @@ type hostDecoder struct {
 	qs [][]float32
 	// scratch, sized for the largest call so far: token rows × width.
 	x, h, qkv, attn, gu, act, mlp, last []float32
-	cos, sin                            []float32 // RoPE rotation of each token row [tokens, hd/2]
+	// rowSeq, rowSlot and lastRow map a step's token rows to sequences (see step).
+	rowSeq, rowSlot, lastRow []int
+	// layersBF16 and headBF16 are the projections and the head as bfloat16 (bf16 only).
+	layersBF16 []hostLayerBF16
+	headBF16   []uint16
+	cos, sin   []float32 // RoPE rotation of each token row [tokens, hd/2]
 	// scores holds one attention row per worker.
 	scores [][]float32
 	// invFreq[i] is RoPE's float32 frequency of rotation pair i, as the graph computes it.
@@ -57,10 +64,8 @@ type hostDecoder struct {
 	srcs  []*tensors.Tensor
 }
 
-// hostLayer holds one decoder layer's weights. With OpenBLAS the projections are stored
-// transposed, [in, out]: it multiplies x·W (no transposition) a quarter faster than x·Wᵀ at 8
-// rows, where packing the weights, re-read from memory at every step, is most of the work; the
-// Go loops prefer [out, in] (a dot product per output). Projections that read the same input
+// hostLayer holds one decoder layer's weights, the projections [out, in] as stored (rowMatMul
+// takes a dot product per output; see hostDecoder.transposed). Projections that read the same input
 // are concatenated along the output axis: q, k and v as one [hidden+2·kvDim] output, gate and
 // up as one [2·intermediate] output. One product per group instead of three (two) halves the
 // GEMM calls of a step.
@@ -111,7 +116,8 @@ func (d *hostDecoder) current(m *Model) bool {
 // After an error the snapshot is not current and must be loaded again before use.
 func (d *hostDecoder) load(m *Model) error {
 	c := m.Config
-	d.c, d.workers, d.transposed = c, max(1, runtime.GOMAXPROCS(0)), blas.Available()
+	// The projections stay [out, in], as stored: rowMatMul reads them so (see matMul).
+	d.c, d.workers, d.transposed = c, max(1, runtime.GOMAXPROCS(0)), false
 	d.bf16 = m.MixedPrecision()
 	d.names, d.srcs = d.names[:0], d.srcs[:0]
 	d.invFreq = d.invFreq[:0]
@@ -122,7 +128,44 @@ func (d *hostDecoder) load(m *Model) error {
 		d.srcs = d.srcs[:0]
 		return fmt.Errorf("host decoder: %w", err)
 	}
+	d.packBF16()
 	return nil
+}
+
+// hostLayerBF16 holds a layer's projections as bfloat16 values (see hostDecoder.packBF16).
+type hostLayerBF16 struct{ qkv, o, gateUp, down []uint16 }
+
+// packBF16 stores the projections and the head of a model computing in bfloat16 as bfloat16
+// values, which the decode products read (rowMatMulBF16): the same bits as their float32
+// copies, which hold bfloat16 values already, at half the bytes per step. The float32 copies
+// stay, buffers for the next snapshot.
+func (d *hostDecoder) packBF16() {
+	if !d.bf16 {
+		d.layersBF16, d.headBF16 = nil, nil
+		return
+	}
+	pack := func(dst *[]uint16, src []float32) {
+		if cap(*dst) < len(src) {
+			*dst = make([]uint16, len(src))
+		}
+		*dst = (*dst)[:len(src)]
+		d.parallel(len(src), func(_, lo, hi int) {
+			for i, v := range src[lo:hi] {
+				(*dst)[lo+i] = uint16(math.Float32bits(v) >> 16) // exact: v is a bfloat16 value
+			}
+		})
+	}
+	if len(d.layersBF16) != len(d.layers) {
+		d.layersBF16 = make([]hostLayerBF16, len(d.layers))
+	}
+	for l, ly := range d.layers {
+		b := &d.layersBF16[l]
+		pack(&b.qkv, ly.qkv)
+		pack(&b.o, ly.o)
+		pack(&b.gateUp, ly.gateUp)
+		pack(&b.down, ly.down)
+	}
+	pack(&d.headBF16, d.head)
 }
 
 func (d *hostDecoder) loadWeights(m *Model) error {
@@ -227,7 +270,11 @@ func (d *hostDecoder) readProjections(m *Model, dst *[]float32, in int, names []
 		if t.Size() != outs[p]*in {
 			return fmt.Errorf("tensor %q has shape %s, want [%d, %d]", name, t.Shape(), outs[p], in)
 		}
-		err = tensors.ConstFlatData(t, func(w []float32) { d.placeProjection(*dst, w, in, total, col, outs[p]) })
+		if module := strings.TrimSuffix(name, ".weight"); m.adapted(module) {
+			err = d.placeMerged(m, *dst, t, module, in, total, col, outs[p])
+		} else {
+			err = tensors.ConstFlatData(t, func(w []float32) { d.placeProjection(*dst, w, in, total, col, outs[p]) })
+		}
 		if err != nil {
 			return fmt.Errorf("reading %q: %w", name, err)
 		}
@@ -236,6 +283,27 @@ func (d *hostDecoder) readProjections(m *Model, dst *[]float32, in int, names []
 	if d.bf16 {
 		d.parallel(len(*dst), func(_, lo, hi int) { cpu.RoundToBF16((*dst)[lo:hi], (*dst)[lo:hi]) })
 	}
+	return nil
+}
+
+// placeMerged places the projection module (its base weight t) with its LoRA adapter merged
+// in, W + s·B·A: a decode step then costs what the base model's does (the low-rank path
+// applied on the fly would add two thin products per projection and step). The adapters are
+// recorded as read, so that a train step that changes them makes the snapshot stale.
+func (d *hostDecoder) placeMerged(m *Model, dst []float32, t *tensors.Tensor, module string, in, total, col, out int) error {
+	for _, ab := range []string{".lora_A.weight", ".lora_B.weight"} {
+		if _, err := d.source(m, module+ab); err != nil {
+			return err
+		}
+	}
+	w, err := tensors.CopyFlatData[float32](t)
+	if err != nil {
+		return err
+	}
+	if w, err = m.mergedProjection(module, w); err != nil {
+		return err
+	}
+	d.placeProjection(dst, w, in, total, col, out)
 	return nil
 }
 
@@ -292,45 +360,27 @@ func parallelFor(workers, n int, fn func(worker, lo, hi int)) {
 	wg.Wait()
 }
 
-// matMul computes out = x·Wᵀ for x [rows, inDim] and the projection W [outDim, inDim], stored
-// as the decoder's layout says (see hostLayer): transposed, [inDim, outDim], for OpenBLAS, else
-// as is for goMatMul.
+// matMul computes out = x·Wᵀ for x [rows, inDim] and the projection W [outDim, inDim] with
+// rowMatMul, whose every output row depends on its input row alone, so that a sequence's
+// samples never depend on the other rows of its batch (OpenBLAS rounds a row differently
+// with the number of rows of the call; see rowmatmul.go).
 // With bf16 the weights are rounded already; x is rounded into a scratch first and the
 // product rounded in place.
-func (d *hostDecoder) matMul(out []float32, w []float32, x []float32, rows, outDim, inDim int) {
+// wb, when not nil, is W as bfloat16 values (see packBF16), read instead of w.
+func (d *hostDecoder) matMul(out []float32, w []float32, wb []uint16, x []float32, rows, outDim, inDim int) {
 	if d.bf16 {
 		d.xb = grow(d.xb, rows*inDim)
 		cpu.RoundToBF16(d.xb, x[:rows*inDim])
 		x = d.xb
 	}
-	if d.transposed {
-		blas.Sgemm(false, false, rows, outDim, inDim, 1, x, inDim, w, outDim, 0, out, outDim)
+	if wb != nil {
+		rowMatMulBF16(d.workers, out, wb, x, rows, outDim, inDim)
 	} else {
-		d.goMatMul(out, w, x, rows, outDim, inDim)
+		rowMatMul(d.workers, out, w, x, rows, outDim, inDim)
 	}
 	if d.bf16 {
 		cpu.RoundToBF16(out[:rows*outDim], out[:rows*outDim])
 	}
-}
-
-// goMatMul computes out = x·Wᵀ for W [outDim, inDim] in Go: the output columns are split
-// across goroutines, and each weight row is read once for four rows of x (a dot product per
-// output: no store in the inner loop).
-func (d *hostDecoder) goMatMul(out []float32, w []float32, x []float32, rows, outDim, inDim int) {
-	d.parallel(outDim, func(_, start, end int) {
-		for j := start; j < end; j++ {
-			wr := w[j*inDim : (j+1)*inDim]
-			r := 0
-			for ; r+4 <= rows; r += 4 {
-				s0, s1, s2, s3 := dot4(wr, x[r*inDim:(r+1)*inDim], x[(r+1)*inDim:(r+2)*inDim],
-					x[(r+2)*inDim:(r+3)*inDim], x[(r+3)*inDim:(r+4)*inDim])
-				out[r*outDim+j], out[(r+1)*outDim+j], out[(r+2)*outDim+j], out[(r+3)*outDim+j] = s0, s1, s2, s3
-			}
-			for ; r < rows; r++ {
-				out[r*outDim+j] = dot(wr, x[r*inDim:(r+1)*inDim])
-			}
-		}
-	})
 }
 
 func grow(buf []float32, n int) []float32 {
@@ -374,18 +424,51 @@ func rope(x []float32, heads, hd int, cos, sin []float32) {
 	}
 }
 
-// step runs T = len(tokens)/len(padCount) new tokens per row through the model: tokens and
-// positions are [rows, T]; token t of row r is written to cache slot slot+t (kCache[l] and
-// vCache[l] [rows,kvh,capacity,hd]: unlike the graph decode's, values are not transposed) and
-// attends to slots [padCount[r], slot+t] (a left pad, slot+t < padCount[r], only to itself).
-// T = 1 is a decode step; with T > 1 a span of prompt positions is prefilled at once, one
-// [rows·T, hidden] product per projection. The logits of each row's last token go to logits
-// [rows, vocab].
-func (d *hostDecoder) step(tokens, positions []int32, kCache, vCache [][]float32, capacity int, padCount []int, slot int, logits []float32) {
+// hostSeq is one sequence's key/value cache for the host decoder: per layer, keys and values
+// [kvHeads, capacity, headDim] (values not transposed, unlike the graph decode's), the first
+// n slots filled, slot i holding position i (sequences are not padded).
+type hostSeq struct {
+	k, v     [][]float32
+	capacity int
+	n        int
+}
+
+// newHostSeq returns a sequence with room for capacity positions, in fresh memory.
+func newHostSeq(c Config, capacity int) *hostSeq {
+	size := c.KVHeads * capacity * c.HeadDim()
+	q := &hostSeq{k: make([][]float32, c.Layers), v: make([][]float32, c.Layers), capacity: capacity}
+	for l := range q.k {
+		q.k[l], q.v[l] = make([]float32, size), make([]float32, size)
+	}
+	return q
+}
+
+// copyPrefix makes q's first n slots those of src (same model, capacities ≥ n): a sequence
+// that starts with the same n tokens has the same keys and values there, computed once.
+func (q *hostSeq) copyPrefix(src *hostSeq, hd, n int) {
+	for l := range q.k {
+		kvh := len(q.k[l]) / (q.capacity * hd)
+		for g := range kvh {
+			at, from := g*q.capacity*hd, g*src.capacity*hd
+			copy(q.k[l][at:at+n*hd], src.k[l][from:from+n*hd])
+			copy(q.v[l][at:at+n*hd], src.v[l][from:from+n*hd])
+		}
+	}
+	q.n = n
+}
+
+// step runs counts[i] new tokens of each sequence seqs[i] through the model (one each when
+// counts is nil): tokens holds them one sequence after the other; the t-th of sequence i takes
+// position and cache slot seqs[i].n+t and attends to slots 0…seqs[i].n+t; each sequence's n
+// then grows by its count. A decode step has one token per sequence; a prefill runs one or
+// more prompts, or spans of them, at once. Every product goes through rowMatMul, whose output
+// rows depend on their input rows alone, so a token's results are the same whether it is
+// decoded alone, among other sequences' tokens or in a prefill. The logits of each
+// sequence's last token go to logits [len(seqs), vocab].
+func (d *hostDecoder) step(seqs []*hostSeq, counts []int, tokens []int32, logits []float32) {
 	c := d.c
-	rows := len(padCount)
+	rows := len(seqs)
 	n := len(tokens) // token rows
-	T := n / rows
 	hid, hd, kvh, qd := c.Hidden, c.HeadDim(), c.KVHeads, c.QDim()
 	kvd, group, half := kvh*hd, c.Heads/kvh, hd/2
 	qkvDim, inter := qd+2*kvd, c.Intermediate
@@ -404,21 +487,42 @@ func (d *hostDecoder) step(tokens, positions []int32, kCache, vCache [][]float32
 	for len(d.qs) < d.workers {
 		d.qs = append(d.qs, make([]float32, hd))
 	}
+	// rowSeq and rowSlot: each token row's sequence and cache slot (= position); lastRow:
+	// each sequence's last token row.
+	d.rowSeq, d.rowSlot, d.lastRow = d.rowSeq[:0], d.rowSlot[:0], d.lastRow[:0]
+	longest := 0
+	for i, q := range seqs {
+		cnt := 1
+		if counts != nil {
+			cnt = counts[i]
+		}
+		for t := range cnt {
+			d.rowSeq, d.rowSlot = append(d.rowSeq, i), append(d.rowSlot, q.n+t)
+		}
+		d.lastRow = append(d.lastRow, len(d.rowSeq)-1)
+		longest = max(longest, q.n+cnt)
+	}
+	if len(d.rowSeq) != n {
+		panic(fmt.Sprintf("host decoder: %d tokens for %d token rows", n, len(d.rowSeq)))
+	}
 	for w := range d.scores {
-		d.scores[w] = grow(d.scores[w], slot+T)
+		d.scores[w] = grow(d.scores[w], longest)
 	}
 	for i, tok := range tokens {
 		copy(d.x[i*hid:(i+1)*hid], d.emb[int(tok)*hid:(int(tok)+1)*hid])
 		// The rotation angles depend only on the position: computed once for all layers.
 		for j, f := range d.invFreq {
-			a := float64(float32(positions[i]) * f) // as the graph: float32 position × float32 frequency
+			a := float64(float32(d.rowSlot[i]) * f) // as the graph: float32 position × float32 frequency
 			d.cos[i*half+j], d.sin[i*half+j] = float32(math.Cos(a)), float32(math.Sin(a))
 		}
 	}
+	var lb hostLayerBF16
 	for l, ly := range d.layers {
+		if d.layersBF16 != nil {
+			lb = d.layersBF16[l]
+		}
 		d.rmsNorm(d.h, d.x, ly.inNorm, n)
-		d.matMul(d.qkv, ly.qkv, d.h, n, qkvDim, hid)
-		kc, vc := kCache[l], vCache[l]
+		d.matMul(d.qkv, ly.qkv, lb.qkv, d.h, n, qkvDim, hid)
 		// RoPE, then every new key and value into the cache before any attention: a prompt's
 		// tokens attend to the keys of the same call.
 		d.parallel(n, func(_, lo, hi int) {
@@ -436,9 +540,10 @@ func (d *hostDecoder) step(tokens, positions []int32, kCache, vCache [][]float32
 				cs, sn := d.cos[i*half:(i+1)*half], d.sin[i*half:(i+1)*half]
 				rope(qkv[:qd], c.Heads, hd, cs, sn)
 				rope(qkv[qd:qd+kvd], kvh, hd, cs, sn)
-				r, s := i/T, slot+i%T
+				q, s := seqs[d.rowSeq[i]], d.rowSlot[i]
+				kc, vc := q.k[l], q.v[l]
 				for g := range kvh {
-					at := ((r*kvh+g)*capacity + s) * hd
+					at := (g*q.capacity + s) * hd
 					copy(kc[at:at+hd], qkv[qd+g*hd:qd+(g+1)*hd])
 					copy(vc[at:at+hd], qkv[qd+kvd+g*hd:qd+kvd+(g+1)*hd])
 					if d.bf16 { // keys and values only ever enter bfloat16 products
@@ -452,13 +557,13 @@ func (d *hostDecoder) step(tokens, positions []int32, kCache, vCache [][]float32
 		d.parallel(n*c.Heads, func(w, lo, hi int) {
 			for it := lo; it < hi; it++ {
 				i, h := it/c.Heads, it%c.Heads
-				r, s := i/T, slot+i%T
-				blk := r*kvh + h/group
-				d.attendHead(w, kc[blk*capacity*hd:(blk+1)*capacity*hd], vc[blk*capacity*hd:(blk+1)*capacity*hd],
-					min(padCount[r], s), s, d.qkv[i*qkvDim+h*hd:i*qkvDim+(h+1)*hd], d.attn[i*qd+h*hd:i*qd+(h+1)*hd])
+				q, s, blk := seqs[d.rowSeq[i]], d.rowSlot[i], h/group
+				span := q.capacity * hd
+				d.attendHead(w, q.k[l][blk*span:(blk+1)*span], q.v[l][blk*span:(blk+1)*span],
+					0, s, d.qkv[i*qkvDim+h*hd:i*qkvDim+(h+1)*hd], d.attn[i*qd+h*hd:i*qd+(h+1)*hd])
 			}
 		})
-		d.matMul(d.mlp, ly.o, d.attn, n, hid, qd)
+		d.matMul(d.mlp, ly.o, lb.o, d.attn, n, hid, qd)
 		if ly.oBias != nil {
 			for i := range n {
 				addInto(d.mlp[i*hid:(i+1)*hid], ly.oBias)
@@ -466,27 +571,30 @@ func (d *hostDecoder) step(tokens, positions []int32, kCache, vCache [][]float32
 		}
 		addInto(d.x, d.mlp)
 		d.rmsNorm(d.h, d.x, ly.postNorm, n)
-		d.matMul(d.gu, ly.gateUp, d.h, n, 2*inter, hid)
+		d.matMul(d.gu, ly.gateUp, lb.gateUp, d.h, n, 2*inter, hid)
 		d.parallel(n, func(_, lo, hi int) {
 			for i := lo; i < hi; i++ {
 				g, u, a := d.gu[i*2*inter:i*2*inter+inter], d.gu[i*2*inter+inter:(i+1)*2*inter], d.act[i*inter:(i+1)*inter]
 				siluMul(a, g, u) // SiLU(gate)·up
 			}
 		})
-		d.matMul(d.mlp, ly.down, d.act, n, hid, inter)
+		d.matMul(d.mlp, ly.down, lb.down, d.act, n, hid, inter)
 		addInto(d.x, d.mlp)
 	}
-	// Only each row's last token needs logits.
+	for i, q := range seqs {
+		q.n = d.rowSlot[d.lastRow[i]] + 1
+	}
+	// Only each sequence's last token needs logits.
 	last := d.x
-	if T > 1 {
+	if n > rows {
 		d.last = grow(d.last, rows*hid)
-		for r := range rows {
-			copy(d.last[r*hid:(r+1)*hid], d.x[((r+1)*T-1)*hid:(r+1)*T*hid])
+		for r, i := range d.lastRow {
+			copy(d.last[r*hid:(r+1)*hid], d.x[i*hid:(i+1)*hid])
 		}
 		last = d.last
 	}
 	d.rmsNorm(d.h, last, d.norm, rows)
-	d.matMul(logits, d.head, d.h, rows, c.VocabSize, hid)
+	d.matMul(logits, d.head, d.headBF16, d.h, rows, c.VocabSize, hid)
 }
 
 // attendHead computes one head's attention output out [hd] for the query q [hd] over the

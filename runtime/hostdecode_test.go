@@ -3,16 +3,20 @@ package runtime
 import (
 	"math"
 	"math/rand/v2"
+	"reflect"
 	"slices"
 	"testing"
+
+	"github.com/gomlx/gomlx/pkg/core/dtypes"
 
 	"stx.dev/stx/runtime/cpu"
 )
 
-// TestHostPrefillMatchesStepwise checks the batched prefill (all prompt positions of all rows
-// in one step call) against feeding the prompt one position per call, the decode path: same
-// cache contents and last-position logits, with ragged prompts so that left padding is
-// exercised.
+// TestHostPrefillMatchesStepwise checks the prefill (all positions of ragged prompts in one
+// step call) against feeding each prompt alone one position per call, the decode path: the
+// same cache contents and last-position logits, bit for bit (every product's rows are
+// independent; see rowMatMul). Fed stepwise all together, rows leaving the batch as their
+// prompts end, they give the same bits again.
 func TestHostPrefillMatchesStepwise(t *testing.T) {
 	cfg := smallGQA()
 	m, err := NewModel(cfg, 3)
@@ -21,60 +25,66 @@ func TestHostPrefillMatchesStepwise(t *testing.T) {
 	}
 	lengths := []int{1, 13, 6, 16}
 	prompts := randomSeqs(rand.New(rand.NewPCG(4, 4)), cfg.VocabSize, lengths...)
-	rows, p, capacity := len(prompts), 16, 24
-	kvh, hd := cfg.KVHeads, cfg.HeadDim()
-	padCount := make([]int, rows)
-	tokens, positions := make([]int32, rows*p), make([]int32, rows*p)
-	for r, pr := range prompts {
-		padCount[r] = p - len(pr)
-		for i := range p {
-			tokens[r*p+i] = int32(cfg.PAD)
-			if i >= padCount[r] {
-				tokens[r*p+i], positions[r*p+i] = pr[i-padCount[r]], int32(i-padCount[r])
+	const capacity = 24
+	d, err := newHostDecoder(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	V := cfg.VocabSize
+	// stepwise feeds the given rows one position per call, all rows with tokens left together.
+	stepwise := func(rows []int) ([]*hostSeq, [][]float32) {
+		seqs, logits := make([]*hostSeq, len(rows)), make([][]float32, len(rows))
+		for i := range rows {
+			seqs[i] = newHostSeq(cfg, capacity)
+		}
+		for pos := 0; ; pos++ {
+			var in []*hostSeq
+			var tok []int32
+			var at []int
+			for i, r := range rows {
+				if pos < len(prompts[r]) {
+					in, tok, at = append(in, seqs[i]), append(tok, prompts[r][pos]), append(at, i)
+				}
+			}
+			if len(in) == 0 {
+				return seqs, logits
+			}
+			out := make([]float32, len(in)*V)
+			d.step(in, nil, tok, out)
+			for j, i := range at {
+				logits[i] = out[j*V : (j+1)*V]
 			}
 		}
 	}
-	run := func(stepwise bool) (k, v [][]float32, logits []float32) {
-		d, err := newHostDecoder(m)
-		if err != nil {
-			t.Fatal(err)
-		}
-		k, v = make([][]float32, cfg.Layers), make([][]float32, cfg.Layers)
-		for l := range k {
-			k[l], v[l] = make([]float32, rows*kvh*capacity*hd), make([]float32, rows*kvh*capacity*hd)
-		}
-		logits = make([]float32, rows*cfg.VocabSize)
-		if !stepwise {
-			d.step(tokens, positions, k, v, capacity, padCount, 0, logits)
-			return k, v, logits
-		}
-		colTok, colPos := make([]int32, rows), make([]int32, rows)
-		for i := range p {
-			for r := range rows {
-				colTok[r], colPos[r] = tokens[r*p+i], positions[r*p+i]
-			}
-			d.step(colTok, colPos, k, v, capacity, padCount, i, logits)
-		}
-		return k, v, logits
+	together, lTogether := stepwise([]int{0, 1, 2, 3})
+	pre := make([]*hostSeq, len(prompts))
+	counts := make([]int, len(prompts))
+	var tokens []int32
+	for r, p := range prompts {
+		pre[r], counts[r], tokens = newHostSeq(cfg, capacity), len(p), append(tokens, p...)
 	}
-	k1, v1, l1 := run(false)
-	k2, v2, l2 := run(true)
-	worst := 0.0
-	compare := func(what string, a, b []float32) {
-		for i := range a {
-			d := math.Abs(float64(a[i] - b[i]))
-			worst = max(worst, d)
-			if d > 1e-5+1e-5*math.Abs(float64(b[i])) {
-				t.Fatalf("%s[%d]: batched prefill %v, stepwise %v", what, i, a[i], b[i])
+	lPre := make([]float32, len(prompts)*V)
+	d.step(pre, counts, tokens, lPre)
+	for r, p := range prompts {
+		alone, lAlone := stepwise([]int{r})
+		for _, got := range []struct {
+			how    string
+			seq    *hostSeq
+			logits []float32
+		}{{"stepwise with the other rows", together[r], lTogether[r]}, {"prefilled with the other rows", pre[r], lPre[r*V : (r+1)*V]}} {
+			if got.seq.n != len(p) {
+				t.Fatalf("row %d %s: %d slots filled, want %d", r, got.how, got.seq.n, len(p))
+			}
+			for l := range cfg.Layers {
+				if !slices.Equal(alone[0].k[l], got.seq.k[l]) || !slices.Equal(alone[0].v[l], got.seq.v[l]) {
+					t.Fatalf("row %d layer %d: cache %s differs from stepwise alone", r, l, got.how)
+				}
+			}
+			if !slices.Equal(lAlone[0], got.logits) {
+				t.Fatalf("row %d: logits %s differ from stepwise alone", r, got.how)
 			}
 		}
 	}
-	for l := range k1 {
-		compare("keys", k1[l], k2[l])
-		compare("values", v1[l], v2[l])
-	}
-	compare("logits", l1, l2)
-	t.Logf("max |batched − stepwise| = %.3g", worst)
 }
 
 // TestHostKernels checks the decoder's loops against float64 references on lengths that leave
@@ -116,22 +126,6 @@ func TestHostKernels(t *testing.T) {
 					want += float64(p[j]) * float64(rows[j*stride+i])
 				}
 				check("weightedSum", ws[i], 2*want)
-			}
-		}
-	}
-	for _, rows := range []int{1, 5, 8} {
-		const in, out = 37, 151
-		d := &hostDecoder{workers: 2}
-		x, w := randVec(rows*in), randVec(out*in)
-		got := make([]float32, rows*out)
-		d.goMatMul(got, w, x, rows, out, in)
-		for r := range rows {
-			for j := range out {
-				var want float64
-				for i := range in {
-					want += float64(x[r*in+i]) * float64(w[j*in+i])
-				}
-				check("goMatMul", got[r*out+j], want)
 			}
 		}
 	}
@@ -185,12 +179,14 @@ func BenchmarkHostSampling(b *testing.B) {
 		b.Fatal(err)
 	}
 	b.ResetTimer()
+	cpu0 := processCPUSeconds()
 	for b.Loop() {
 		if _, err := s.Generate(prompts, opt); err != nil {
 			b.Fatal(err)
 		}
 	}
 	b.ReportMetric(float64(len(prompts)*opt.MaxNewTokens*b.N)/b.Elapsed().Seconds(), "tok/s")
+	b.ReportMetric(float64(len(prompts)*opt.MaxNewTokens*b.N)/(processCPUSeconds()-cpu0), "tok/cpu-s")
 }
 
 // BenchmarkAttendHeads runs a decode step's attention (8 rows, the "bench" model's heads, 96
@@ -270,4 +266,83 @@ func TestHostAttentionKernel(t *testing.T) {
 		}
 	}
 	t.Logf("max |kernel − Go loops| log-prob = %.3g", worst)
+}
+
+// BenchmarkGRPOSampling samples as a GRPO rollout does: 2 prompts of 32 tokens, each repeated
+// for a group of 8, at most 128 new tokens at temperature 1, with 32 stop tokens so that rows
+// end at different lengths (about 60 tokens on average on the random "bench" model).
+// Generated tokens/s.
+func BenchmarkGRPOSampling(b *testing.B) {
+	be := testBackend(b)
+	cfg, _ := BuiltinConfig("bench")
+	m, err := NewModel(cfg, 1)
+	if err != nil {
+		b.Fatal(err)
+	}
+	s, err := NewSampler(be, m)
+	if err != nil {
+		b.Fatal(err)
+	}
+	distinct := randomSeqs(rand.New(rand.NewPCG(1, 1)), cfg.VocabSize, 32, 32)
+	var prompts [][]int32
+	for _, p := range distinct {
+		for range 8 {
+			prompts = append(prompts, p)
+		}
+	}
+	opt := SampleOptions{MaxNewTokens: 128, Temperature: 1, Seed: 1}
+	for i := range 32 {
+		opt.StopTokens = append(opt.StopTokens, int32(i))
+	}
+	generated := 0
+	cpu0 := processCPUSeconds()
+	for b.Loop() {
+		out, err := s.Generate(prompts, opt)
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, smp := range out {
+			generated += len(smp.Tokens)
+		}
+	}
+	b.ReportMetric(float64(generated)/b.Elapsed().Seconds(), "tok/s")
+	b.ReportMetric(float64(generated)/(processCPUSeconds()-cpu0), "tok/cpu-s")
+	b.ReportMetric(float64(generated)/float64(b.N*len(prompts)), "tokens/row")
+}
+
+// TestHostBF16WeightsSameBits: for a model computing in bfloat16 the decoder reads its
+// projections and head as bfloat16 values (packBF16); the samples are those of the float32
+// copies of the same values, bit for bit.
+func TestHostBF16WeightsSameBits(t *testing.T) {
+	cfg, _ := BuiltinConfig("bench")
+	cfg.InitStd = 0.05
+	m, err := NewModel(cfg, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.ComputeDType = dtypes.BFloat16
+	s, err := NewSampler(testBackend(t), m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !s.decodesOnHost() {
+		t.Skip("the backend decodes a bfloat16 model in graphs")
+	}
+	prompts := randomSeqs(rand.New(rand.NewPCG(6, 6)), cfg.VocabSize, 9, 3, 9)
+	opt := SampleOptions{MaxNewTokens: 16, Temperature: 1, Seed: 5}
+	packed, err := s.Generate(prompts, opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.host.layersBF16 == nil || s.host.headBF16 == nil {
+		t.Fatal("the decoder of a bfloat16 model did not pack its weights")
+	}
+	s.host.layersBF16, s.host.headBF16 = nil, nil // the float32 copies from now on
+	wide, err := s.Generate(prompts, opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(packed, wide) {
+		t.Fatalf("bfloat16 weights: %v, their float32 copies: %v", packed, wide)
+	}
 }

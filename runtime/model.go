@@ -60,6 +60,12 @@ type Model struct {
 	// checkpoints. InvalidDType (the zero value) or Float32 computes everything in float32.
 	// Scorers, trainers and samplers built afterwards use it, the host decoder included.
 	ComputeDType dtypes.DType
+	// lora holds the model's low-rank adapters (nil without; see AddLoRA), and adaptersOff
+	// makes graphs built through this Model value compute with the base weights alone: the
+	// frozen reference of a LoRA role is the same variables with adapters off
+	// (WithoutAdapters), not a second copy of the weights.
+	lora        *loraState
+	adaptersOff bool
 }
 
 // ParseComputeDType maps a recipe's model.dtype to a ComputeDType: "float32" (or "") and
@@ -375,6 +381,13 @@ func (m *Model) layerParams(pre string) []string {
 			names = append(names, p.Name)
 		}
 	}
+	// The adapters of the layer are its weights too: a checkpointed layer must hand them to
+	// its recomputation, or their gradients would be lost.
+	for _, p := range m.activeAdapterParams() {
+		if strings.HasPrefix(p.Name, pre) {
+			names = append(names, p.Name)
+		}
+	}
 	return names
 }
 
@@ -399,10 +412,10 @@ func (m *Model) layer(x *Node, pre string, w func(string) *Node, rot ropes, bias
 	attn, k, vT := m.attention(h, pre, w, rot, bias, pastK, pastVT, pastBias)
 	x = Add(x, attn)
 	h = rmsNorm(x, w(pre+"post_attention_layernorm.weight"), c.RMSNormEps)
-	gate := m.linear(h, w(pre+"mlp.gate_proj.weight"))
-	up := m.linear(h, w(pre+"mlp.up_proj.weight"))
+	gate := m.project(h, w, pre+"mlp.gate_proj")
+	up := m.project(h, w, pre+"mlp.up_proj")
 	act := Mul(Mul(gate, Sigmoid(gate)), up) // SwiGLU: silu(gate)·up
-	return Add(x, m.linear(act, w(pre+"mlp.down_proj.weight"))), k, vT
+	return Add(x, m.project(act, w, pre+"mlp.down_proj")), k, vT
 }
 
 // attention is one grouped-query attention block. h [B,T,hidden]; bias [B or 1,1,1,T,T]; with a
@@ -415,7 +428,7 @@ func (m *Model) attention(h *Node, pre string, w func(string) *Node, rot ropes, 
 	hd, kvh := c.HeadDim(), c.KVHeads
 	group := c.Heads / kvh
 	proj := func(name string) *Node {
-		y := m.linear(h, w(pre+"self_attn."+name+".weight"))
+		y := m.project(h, w, pre+"self_attn."+name)
 		if c.AttentionBias {
 			y = Add(y, lastAxis(w(pre+"self_attn."+name+".bias"), y.Rank()))
 		}
@@ -485,7 +498,7 @@ func (m *Model) attention(h *Node, pre string, w func(string) *Node, rot ropes, 
 	}
 	o = Div(Reshape(o, b, kvh, group, t, hd), den) // den [B,kvh,group,T,1]
 	o = TransposeAllAxes(o, 0, 3, 1, 2, 4)         // [B,T,kvh,group,hd]
-	out = m.linear(Reshape(o, b, t, c.Heads*hd), w(pre+"self_attn.o_proj.weight"))
+	out = m.project(Reshape(o, b, t, c.Heads*hd), w, pre+"self_attn.o_proj")
 	if c.OutputBias {
 		out = Add(out, lastAxis(w(pre+"self_attn.o_proj.bias"), out.Rank()))
 	}

@@ -39,9 +39,11 @@ type Sample struct {
 
 // Sampler generates continuations with a key/value cache kept on the host (measured
 // faster than an in-graph cache on SimpleGo). On the CPU backends (SimpleGo, cpu), prompt and
-// decode steps run in plain Go (hostdecode.go; matmuls through OpenBLAS when loaded), several
-// times faster than a graph launch per token; on other backends a prompt is one compiled forward and each decode step one compiled graph with
-// the cache as a fixed-capacity input, so one graph serves every step. The host decoder keeps
+// decode steps run in plain Go (hostdecode.go; products through rowMatMul's C kernels), several
+// times faster than a graph launch per token, each row's sample independent of the others in
+// its batch (hostgenerate.go; Batcher batches concurrent requests that way); on other backends
+// a prompt is one compiled forward and each decode step one compiled graph with the cache as a
+// fixed-capacity input, so one graph serves every step. The host decoder keeps
 // its copy of the weights between Generate calls and takes it again when any weight has
 // changed since (hostDecoder.current), so it always samples from the latest trained policy.
 type Sampler struct {
@@ -81,23 +83,26 @@ func NewSampler(backend backends.Backend, m *Model) (*Sampler, error) {
 		prefillTokens: hostPrefillTokens, keptCacheBytes: maxKeptCacheBytes}, nil
 }
 
-// hostPrefillTokens is the most token rows (rows × prompt positions) the host decoder prefills
-// in one call: enough for products that run near OpenBLAS's best speed, few enough that the
-// scratch (about 4·(4·hidden + 3·intermediate) bytes per token row) stays small.
+// hostPrefillTokens is the most token rows (prompt positions of all prompts) the host decoder
+// prefills in one call: enough for products that reuse each weight many times, few enough that
+// the scratch (about 4·(4·hidden + 3·intermediate) bytes per token row) stays small.
 const hostPrefillTokens = 1024
 
-// caches returns the per-layer key and value caches of n zeros each, in the storage of the
-// previous call's where it is large enough. Zeroed like fresh ones: slots a call never writes
-// are masked out of attention, and a zero (unlike a stale value, which may be non-finite) keeps
-// a masked slot's zero weight from contributing anything.
-func (s *Sampler) caches(layers, n int) (k, v [][]float32) {
+// caches returns the per-layer key and value caches of n values each, in the storage of the
+// previous call's where it is large enough, zeroed when zero is set. The graph decode needs
+// zeros: slots a call never writes are masked out of attention, and a zero (unlike a stale
+// value, which may be non-finite) keeps a masked slot's zero weight from contributing anything.
+// The host decoder reads only the slots it wrote.
+func (s *Sampler) caches(layers, n int, zero bool) (k, v [][]float32) {
 	for len(s.kCache) < layers {
 		s.kCache, s.vCache = append(s.kCache, nil), append(s.vCache, nil)
 	}
 	for l := range layers {
 		s.kCache[l], s.vCache[l] = grow(s.kCache[l], n), grow(s.vCache[l], n)
-		clear(s.kCache[l])
-		clear(s.vCache[l])
+		if zero {
+			clear(s.kCache[l])
+			clear(s.vCache[l])
+		}
 	}
 	return s.kCache[:layers], s.vCache[:layers]
 }
@@ -174,40 +179,65 @@ func (o SampleOptions) validate(vocab int) error {
 	return nil
 }
 
-// Generate continues each prompt (all non-empty). Prompts are left-padded to a common length;
-// padding is masked out of attention and does not shift positions.
+// Generate continues each prompt (all non-empty). On the host decoder each row's sample is the
+// one it would get alone (see generateHost); in graphs, prompts are left-padded to a common
+// length, padding masked out of attention and not shifting positions.
 func (s *Sampler) Generate(prompts [][]int32, opt SampleOptions) ([]Sample, error) {
-	c := s.m.Config
-	if err := opt.validate(c.VocabSize); err != nil {
+	if len(prompts) == 0 {
+		if err := opt.validate(s.m.Config.VocabSize); err != nil {
+			return nil, err
+		}
+		return nil, nil
+	}
+	maxPrompt, err := s.check(prompts, opt)
+	if err != nil {
 		return nil, err
 	}
-	if len(prompts) == 0 {
-		return nil, nil
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.decodesOnHost() {
+		return s.generateHost(prompts, opt)
+	}
+	return s.generateGraph(prompts, opt, maxPrompt)
+}
+
+// decodesOnHost says whether generation runs on the host decoder: on the CPU backends, except
+// for a model computing in bfloat16 on SimpleGo (see Sampler.simpleGo).
+func (s *Sampler) decodesOnHost() bool { return s.hostDecode && !(s.simpleGo && s.m.MixedPrecision()) }
+
+// check validates the options and prompts and returns the longest prompt's length.
+func (s *Sampler) check(prompts [][]int32, opt SampleOptions) (int, error) {
+	c := s.m.Config
+	if err := opt.validate(c.VocabSize); err != nil {
+		return 0, err
 	}
 	maxPrompt := 0
 	for i, p := range prompts {
 		if len(p) == 0 {
-			return nil, fmt.Errorf("sample: prompt %d is empty", i)
+			return 0, fmt.Errorf("sample: prompt %d is empty", i)
 		}
 		for _, tok := range p {
 			if tok < 0 || int(tok) >= c.VocabSize {
-				return nil, fmt.Errorf("sample: prompt %d has token %d outside the vocabulary [0, %d)", i, tok, c.VocabSize)
+				return 0, fmt.Errorf("sample: prompt %d has token %d outside the vocabulary [0, %d)", i, tok, c.VocabSize)
 			}
 		}
 		maxPrompt = max(maxPrompt, len(p))
 	}
 	if c.MaxPositions > 0 && maxPrompt+opt.MaxNewTokens > c.MaxPositions {
-		return nil, fmt.Errorf("sample: %d prompt + %d new tokens exceed the model's %d positions", maxPrompt, opt.MaxNewTokens, c.MaxPositions)
+		return 0, fmt.Errorf("sample: %d prompt + %d new tokens exceed the model's %d positions", maxPrompt, opt.MaxNewTokens, c.MaxPositions)
 	}
 	if c.SlidingWindow > 0 && maxPrompt+opt.MaxNewTokens > c.SlidingWindow {
 		// Within the window, sliding-window attention is full causal attention, which is what
 		// the decoders compute; a longer generation would need the window in their caches.
-		return nil, fmt.Errorf("sample: %d prompt + %d new tokens exceed the model's sliding attention window of %d (not supported in generation)",
+		return 0, fmt.Errorf("sample: %d prompt + %d new tokens exceed the model's sliding attention window of %d (not supported in generation)",
 			maxPrompt, opt.MaxNewTokens, c.SlidingWindow)
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	return maxPrompt, nil
+}
 
+// generateGraph is Generate with a compiled graph per prefill and decode step (s.mu held).
+func (s *Sampler) generateGraph(prompts [][]int32, opt SampleOptions, maxPrompt int) ([]Sample, error) {
+	c := s.m.Config
 	rows := len(prompts)
 	p := BucketLength(maxPrompt)
 	capacity := BucketLength(p + opt.MaxNewTokens)
@@ -226,9 +256,8 @@ func (s *Sampler) Generate(prompts [][]int32, opt SampleOptions) ([]Sample, erro
 			}
 		}
 	}
-	// Host cache per layer: keys [B,kvh,capacity,hd], values transposed [B,kvh,hd,capacity]
-	// for the graph decode, [B,kvh,capacity,hd] like the keys for the host decoder.
-	kCache, vCache := s.caches(layers, rows*kvh*capacity*hd)
+	// Host cache per layer: keys [B,kvh,capacity,hd], values transposed [B,kvh,hd,capacity].
+	kCache, vCache := s.caches(layers, rows*kvh*capacity*hd, true)
 	if 2*layers*rows*kvh*capacity*hd*4 > s.keptCacheBytes {
 		defer func() { s.kCache, s.vCache = nil, nil }()
 	}
@@ -257,69 +286,42 @@ func (s *Sampler) Generate(prompts [][]int32, opt SampleOptions) ([]Sample, erro
 		return nil
 	}
 
-	var host *hostDecoder
-	if s.hostDecode && !(s.simpleGo && s.m.MixedPrecision()) {
-		// Prefill on the host too, many prompt positions of all rows per call (left pads attend
-		// only to themselves and are never attended to). Spans of at most s.prefillTokens
-		// token rows bound the decoder's scratch memory on long prompts.
-		if s.host == nil {
-			s.host = new(hostDecoder)
-		}
-		if !s.host.current(s.m) {
-			if err := s.host.load(s.m); err != nil {
-				return nil, fmt.Errorf("sample: %w", err)
-			}
-		}
-		host = s.host
-		span := max(1, s.prefillTokens/rows)
-		var spanTok, spanPos []int32
-		for t0 := 0; t0 < p; t0 += span {
-			t1 := min(t0+span, p)
-			spanTok, spanPos = spanTok[:0], spanPos[:0]
-			for r := range rows {
-				spanTok = append(spanTok, tokens[r*p+t0:r*p+t1]...)
-				spanPos = append(spanPos, positions[r*p+t0:r*p+t1]...)
-			}
-			host.step(spanTok, spanPos, kCache, vCache, capacity, padCount, t0, logits)
-		}
-	} else {
-		// Prefill: the prompt attends to itself causally, pads masked; a one-slot dummy past
-		// is fully masked (a zero-length axis is avoided).
-		bias := make([]float32, rows*p*p)
-		dummyBias := make([]float32, rows*p)
-		for r := range rows {
-			for t := range p {
-				dummyBias[r*p+t] = maskValue
-				row := bias[(r*p+t)*p:]
-				for k := range p {
-					if k > t || k < padCount[r] {
-						row[k] = maskValue
-					}
+	// Prefill: the prompt attends to itself causally, pads masked; a one-slot dummy past
+	// is fully masked (a zero-length axis is avoided).
+	bias := make([]float32, rows*p*p)
+	dummyBias := make([]float32, rows*p)
+	for r := range rows {
+		for t := range p {
+			dummyBias[r*p+t] = maskValue
+			row := bias[(r*p+t)*p:]
+			for k := range p {
+				if k > t || k < padCount[r] {
+					row[k] = maskValue
 				}
 			}
 		}
-		args := []any{tensors.FromFlatDataAndDimensions(tokens, rows, p), tensors.FromFlatDataAndDimensions(positions, rows, p),
-			tensors.FromFlatDataAndDimensions(bias, rows, p, p), tensors.FromFlatDataAndDimensions(dummyBias, rows, p, 1)}
-		for range layers {
-			args = append(args, tensors.FromShape(shapes.Make(dtypes.Float32, rows, kvh, 1, hd)))
-		}
-		for range layers {
-			args = append(args, tensors.FromShape(shapes.Make(dtypes.Float32, rows, kvh, hd, 1)))
-		}
-		var err error
-		if out, err = s.exec.Exec(args...); err != nil {
-			return nil, fmt.Errorf("sample: prefill: %w", err)
-		}
-		if err := writeCache(0, p); err != nil {
-			return nil, fmt.Errorf("sample: %w", err)
-		}
-		if err := tensors.ConstFlatData(out[0], func(src []float32) { copy(logits, src) }); err != nil {
-			return nil, fmt.Errorf("sample: %w", err)
-		}
+	}
+	args := []any{tensors.FromFlatDataAndDimensions(tokens, rows, p), tensors.FromFlatDataAndDimensions(positions, rows, p),
+		tensors.FromFlatDataAndDimensions(bias, rows, p, p), tensors.FromFlatDataAndDimensions(dummyBias, rows, p, 1)}
+	for range layers {
+		args = append(args, tensors.FromShape(shapes.Make(dtypes.Float32, rows, kvh, 1, hd)))
+	}
+	for range layers {
+		args = append(args, tensors.FromShape(shapes.Make(dtypes.Float32, rows, kvh, hd, 1)))
+	}
+	var err error
+	if out, err = s.exec.Exec(args...); err != nil {
+		return nil, fmt.Errorf("sample: prefill: %w", err)
+	}
+	if err := writeCache(0, p); err != nil {
+		return nil, fmt.Errorf("sample: %w", err)
+	}
+	if err := tensors.ConstFlatData(out[0], func(src []float32) { copy(logits, src) }); err != nil {
+		return nil, fmt.Errorf("sample: %w", err)
 	}
 
 	stops := newStopSet(opt.StopTokens, c.VocabSize)
-	rng := rand.New(rand.NewPCG(opt.Seed, 0x53545853414d504c)) // "STXSAMPL"
+	rng := rand.New(rand.NewPCG(opt.Seed, samplerSeed))
 	res := make([]Sample, rows)
 	done := make([]bool, rows)
 	next := make([]int32, rows)
@@ -371,10 +373,6 @@ func (s *Sampler) Generate(prompts [][]int32, opt SampleOptions) ([]Sample, erro
 				stepTok[r] = next[r]
 			}
 			stepPos[r] = int32(slot - padCount[r])
-		}
-		if host != nil {
-			host.step(stepTok, stepPos, kCache, vCache, capacity, padCount, slot, logits)
-			continue
 		}
 		for r := range rows {
 			row := stepBias[r*capacity : (r+1)*capacity]

@@ -68,6 +68,9 @@ func ModelShape(name string) (Config, []byte, error) {
 // the weights as dtype and keeps the config's other fields (token ids, generation settings).
 func InitHF(configJSON []byte, seed uint64, dtype safetensors.DType) (*Model, error) {
 	c, err := ParseHFConfig(configJSON)
+	if err == nil {
+		err = c.CheckMachineMemory()
+	}
 	if err != nil {
 		return nil, err
 	}

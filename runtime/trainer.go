@@ -45,7 +45,7 @@ type Trainer struct {
 	keys      []string
 	metrics   []string
 	trainVar  []*context.Variable
-	trainIdx  []int // index in m.params of each trainable variable
+	trainName []string // the tensor name of each trainable variable
 	decay     []bool
 	mVar      []*context.Variable
 	vVar      []*context.Variable
@@ -70,13 +70,15 @@ func NewTrainer[M Weights](backend backends.Backend, m M, loss LossOf[M], cfg Tr
 	t := &Trainer{m: m, cfg: cfg, loss: func(ctx *context.Context, batch map[string]*Node) (*Node, map[string]*Node) {
 		return loss(ctx, m, batch)
 	}}
-	for i, p := range m.Params() {
+	// A LoRA model lists its adapters after the base tensors, which it has frozen: only the
+	// adapters get gradients and optimizer state.
+	for _, p := range trainableParams(m) {
 		v := m.Variable(p.Name)
 		if !v.Trainable {
 			continue
 		}
 		t.trainVar = append(t.trainVar, v)
-		t.trainIdx = append(t.trainIdx, i)
+		t.trainName = append(t.trainName, p.Name)
 		t.decay = append(t.decay, !(cfg.AdamW.NoDecayNormsAndBiases && len(p.Shape) == 1))
 		t.mVar = append(t.mVar, t.zeros("m", v))
 		t.vVar = append(t.vVar, t.zeros("v", v))
@@ -277,4 +279,4 @@ func (t *Trainer) resetAccumulators() {
 }
 
 // paramName is the Hugging Face name of the i-th trainable variable.
-func (t *Trainer) paramName(i int) string { return t.m.Params()[t.trainIdx[i]].Name }
+func (t *Trainer) paramName(i int) string { return t.trainName[i] }

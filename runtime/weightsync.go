@@ -37,6 +37,7 @@ func NewRolloutCopy(backend backends.Backend, src *Model, device int) (*RolloutC
 	}
 	dst := newEmptyModel(context.New(), "/rollout", src.Config)
 	dst.params = append([]Param(nil), src.params...)
+	dst.lora = src.lora // the same adapters (their configuration is never changed)
 	c := &RolloutCopy{backend: backend, src: src, dst: dst, device: backends.DeviceNum(device)}
 	if _, err := c.Push(); err != nil {
 		return nil, err
@@ -50,13 +51,18 @@ func (c *RolloutCopy) Model() *Model { return c.dst }
 
 // Push copies every weight of the trained model to the copy's device (from wherever the
 // trainer left it: one device, or the replicas of a data-parallel trainer, which are equal).
+// Of a LoRA model, once the copy has the frozen base, it copies the adapters (and the
+// trainable value head) alone.
 func (c *RolloutCopy) Push() (Transfer, error) {
 	start := time.Now()
 	var tr Transfer
-	for _, p := range c.src.params {
+	for _, p := range trainableParams(c.src) {
 		sv := c.src.Variable(p.Name)
 		if sv == nil {
 			return tr, fmt.Errorf("update_weights: the trained model has no tensor %q", p.Name)
+		}
+		if c.src.lora != nil && !sv.Trainable && c.dst.Variable(p.Name) != nil {
+			continue // a frozen base weight the copy already holds
 		}
 		t, err := sv.Value()
 		if err != nil {
@@ -84,11 +90,14 @@ func (c *RolloutCopy) Push() (Transfer, error) {
 // Offload moves the model's variables (weights, and the optimizer state kept in its context)
 // to host memory and frees their device buffers, for a role that sits idle between uses. The
 // next computation that reads them puts them back on its device; Wake does it ahead of time.
+// Of a LoRA model it moves the adapters and their optimizer state: the frozen base stays where
+// it is, since the role's reference (and a frozen role on the same base) computes with it.
 func (m *Model) Offload() (Transfer, error) {
 	start := time.Now()
 	var tr Transfer
+	base := m.frozenBase()
 	for v := range m.ctx.IterVariables() {
-		if !v.HasValue() || !m.owns(v) {
+		if !v.HasValue() || !m.owns(v) || base[v] {
 			continue
 		}
 		t, err := v.Value()
@@ -122,8 +131,9 @@ func (m *Model) Wake(backend backends.Backend, device int) (Transfer, error) {
 	}
 	start := time.Now()
 	var tr Transfer
+	base := m.frozenBase()
 	for v := range m.ctx.IterVariables() {
-		if !v.HasValue() || !m.owns(v) {
+		if !v.HasValue() || !m.owns(v) || base[v] {
 			continue
 		}
 		t, err := v.Value()
@@ -152,6 +162,21 @@ func (s *Sampler) SetDevice(backend backends.Backend, d int) error {
 		placeOnDevice(s.exec, backends.DeviceNum(d))
 	}
 	return nil
+}
+
+// frozenBase is the set of a LoRA model's frozen base weights (nil without adapters), which
+// Offload and Wake leave in place.
+func (m *Model) frozenBase() map[*context.Variable]bool {
+	if m.lora == nil {
+		return nil
+	}
+	base := map[*context.Variable]bool{}
+	for _, p := range m.params {
+		if v := m.Variable(p.Name); v != nil && !v.Trainable {
+			base[v] = true
+		}
+	}
+	return base
 }
 
 // owns says whether v is one of the model's variables or its optimizer's (under its scope).

@@ -48,6 +48,7 @@ func (c *Catalog) check(r *Recipe) List {
 		at("knobs.micro_batch_size", "micro_batch_size %d does not divide the train batch of %d sequences", k.MicroBatchSize, tb)
 	}
 	errs = append(errs, c.checkSizes(r)...)
+	errs = append(errs, c.checkTerms(r)...)
 	if k.Temperature == 0 && k.TopK > 0 {
 		at("knobs.top_k", "top_k has no effect with temperature 0 (greedy)")
 	}

@@ -176,27 +176,73 @@ func Load(args []string, opts Options) (*Catalog, error) {
 		overrides: map[string][]override{},
 	}
 	ctx := cuecontext.New()
+	named := len(args) > 0
+	if !named {
+		args = []string{"recipes.cue"}
+	}
+	c.Files = args
+	plan, err := c.plan(ctx, args, named, opts)
+	if err != nil {
+		return nil, err
+	}
+	root, recipes, err := c.buildRoot(ctx, plan)
+	if err != nil {
+		return nil, err
+	}
+	errs := c.topLevelErrors(root)
+	recipeDef := root.LookupPath(cue.ParsePath("#Recipe"))
+	if !recipeDef.Exists() {
+		return nil, fmt.Errorf("embedded schema: no #Recipe")
+	}
+	c.recipeDef = recipeDef
+	c.roleDef = root.LookupPath(cue.ParsePath("#Role"))
+
+	sets, setErrs, warns := parseOverrides(ctx, opts)
+	errs = append(errs, setErrs...)
+	c.Warnings = warns
+
+	it, err := recipes.Fields()
+	if err != nil {
+		return nil, append(errs, c.convert(err, "")...).Sort()
+	}
+	errs = append(errs, c.loadRecipes(ctx, it, sets, opts)...)
+	errs = append(errs, c.missingNames(sets, opts)...)
+	if len(errs) > 0 {
+		return c, errs.Sort()
+	}
+	return c, nil
+}
+
+// loadPlan is how Load hands the user's files and the schema to CUE: the arguments and
+// directory of load.Instances and the overlay that holds the schema (and the built-in
+// catalog), once with the schema and once with a stub schema for the user's own positions.
+type loadPlan struct {
+	loadArgs    []string
+	loadDir     string
+	overlay     map[string]load.Source
+	stubOverlay map[string]load.Source
+}
+
+// plan puts the schema, in the user's package, beside the user's files (or the built-in
+// catalog when no file is named and recipes.cue is absent), and prepares c.userRoot.
+func (c *Catalog) plan(ctx *cue.Context, args []string, named bool, opts Options) (*loadPlan, error) {
+	dir := c.dir
 	schemaText, err := Effective(opts.Enums)
 	if err != nil {
 		return nil, err
 	}
-
 	overlay := map[string]load.Source{}
 	builtin := map[string][]byte{}
 	for p, data := range opts.Sources {
 		builtin[abs(dir, p)] = data
 	}
-	var loadArgs []string
-	var errs List
-	if len(args) == 0 {
-		args = []string{"recipes.cue"}
+	if !named {
 		if _, err := os.Stat(filepath.Join(dir, "recipes.cue")); err != nil && opts.Builtin != nil {
 			p := filepath.Join(dir, "recipes.cue")
 			overlay[p] = load.FromBytes(opts.Builtin)
 			builtin[p] = opts.Builtin
 		}
 	}
-	c.Files = args
 	pkg, schemaDir, err := packageOf(dir, args, builtin)
 	if err != nil {
 		return nil, err
@@ -215,6 +261,7 @@ func Load(args []string, opts Options) (*Catalog, error) {
 	body := strings.Replace(schemaText, "package stx\n", "", 1)
 	schemaPath := filepath.Join(schemaDir, schemaFile)
 	overlay[schemaPath] = load.FromString(header + body)
+	var loadArgs []string
 	loadDir := dir
 	if isFileArgs(dir, args) {
 		loadArgs = append(loadArgs, args...)
@@ -224,38 +271,54 @@ func Load(args []string, opts Options) (*Catalog, error) {
 		// load it as "." from inside, wherever it is.
 		loadDir, loadArgs = schemaDir, []string{"."}
 	}
+	plan := &loadPlan{loadArgs: loadArgs, loadDir: loadDir, overlay: overlay}
+	c.planUserRoot(ctx, plan, schemaPath, header)
+	return plan, nil
+}
 
-	// The same files against a stub schema (every definition is top) give
-	// the user's own values, whose positions are the ones to report.
-	stubOverlay := map[string]load.Source{}
-	for k, v := range overlay {
-		stubOverlay[k] = v
+// planUserRoot prepares c.userRoot: the same files against a stub schema (every definition
+// is top) give the user's own values, whose positions are the ones to report.
+func (c *Catalog) planUserRoot(ctx *cue.Context, plan *loadPlan, schemaPath, header string) {
+	plan.stubOverlay = map[string]load.Source{}
+	for k, v := range plan.overlay {
+		plan.stubOverlay[k] = v
 	}
-	stubOverlay[schemaPath] = load.FromString(header + stubSchema())
+	plan.stubOverlay[schemaPath] = load.FromString(header + stubSchema())
 	c.userRoot = sync.OnceValue(func() cue.Value {
-		ui := load.Instances(loadArgs, &load.Config{Dir: loadDir, Overlay: stubOverlay})
+		ui := load.Instances(plan.loadArgs, &load.Config{Dir: plan.loadDir, Overlay: plan.stubOverlay})
 		if len(ui) != 1 || ui[0].Err != nil {
 			return cue.Value{}
 		}
 		return ctx.BuildInstance(ui[0])
 	})
+}
 
-	insts := load.Instances(loadArgs, &load.Config{Dir: loadDir, Overlay: overlay})
+// buildRoot builds the user's files with the schema and returns the root value and its
+// recipes struct.
+func (c *Catalog) buildRoot(ctx *cue.Context, plan *loadPlan) (root, recipes cue.Value, err error) {
+	args := c.Files
+	insts := load.Instances(plan.loadArgs, &load.Config{Dir: plan.loadDir, Overlay: plan.overlay})
 	if len(insts) != 1 {
-		return nil, List{{Pos: Position{File: args[0]}, Msg: fmt.Sprintf("expected one CUE package, found %d", len(insts))}}
+		return root, recipes, List{{Pos: Position{File: args[0]}, Msg: fmt.Sprintf("expected one CUE package, found %d", len(insts))}}
 	}
 	if err := insts[0].Err; err != nil {
-		return nil, c.convert(err, "").Sort()
+		return root, recipes, c.convert(err, "").Sort()
 	}
-	root := ctx.BuildInstance(insts[0])
-	recipes := root.LookupPath(cue.ParsePath("recipes"))
+	root = ctx.BuildInstance(insts[0])
+	recipes = root.LookupPath(cue.ParsePath("recipes"))
 	if !recipes.Exists() {
 		if err := root.Err(); err != nil {
-			return nil, c.convert(err, "").Sort()
+			return root, recipes, c.convert(err, "").Sort()
 		}
-		return nil, List{{Pos: Position{File: args[0], Line: 1, Col: 1}, Msg: `no recipes: define them under a top-level "recipes" struct`}}
+		return root, recipes, List{{Pos: Position{File: args[0], Line: 1, Col: 1}, Msg: `no recipes: define them under a top-level "recipes" struct`}}
 	}
-	// Only "recipes" and definitions/hidden helpers may stand at the top.
+	return root, recipes, nil
+}
+
+// topLevelErrors reports fields at the top other than "recipes" (definitions and hidden
+// helpers may stand there).
+func (c *Catalog) topLevelErrors(root cue.Value) List {
+	var errs List
 	top, err := root.Fields()
 	if err == nil {
 		for top.Next() {
@@ -270,22 +333,13 @@ func Load(args []string, opts Options) (*Catalog, error) {
 			}
 		}
 	}
+	return errs
+}
 
-	recipeDef := root.LookupPath(cue.ParsePath("#Recipe"))
-	if !recipeDef.Exists() {
-		return nil, fmt.Errorf("embedded schema: no #Recipe")
-	}
-	c.recipeDef = recipeDef
-	c.roleDef = root.LookupPath(cue.ParsePath("#Role"))
-
-	sets, setErrs, warns := parseOverrides(ctx, opts)
-	errs = append(errs, setErrs...)
-	c.Warnings = warns
-
-	it, err := recipes.Fields()
-	if err != nil {
-		return nil, append(errs, c.convert(err, "")...).Sort()
-	}
+// loadRecipes validates, resolves (with the --set overrides) and checks each recipe of it,
+// keeping the valid ones in c.Recipes; at most maxRecipes are read.
+func (c *Catalog) loadRecipes(ctx *cue.Context, it *cue.Iterator, sets []override, opts Options) List {
+	var errs List
 	reported := map[string]bool{}
 	for it.Next() {
 		name := it.Selector().Unquoted()
@@ -296,7 +350,7 @@ func Load(args []string, opts Options) (*Catalog, error) {
 			break
 		}
 		c.Names = append(c.Names, name)
-		rerrs := c.validate(rv, recipeDef, "recipes."+name)
+		rerrs := c.validate(rv, c.recipeDef, "recipes."+name)
 		if len(rerrs) > 0 {
 			errs = append(errs, rerrs...)
 			continue
@@ -304,7 +358,7 @@ func Load(args []string, opts Options) (*Catalog, error) {
 		if opts.Only != "" && opts.Only != name {
 			continue
 		}
-		r, oerrs := c.resolve(ctx, name, rv, recipeDef, sets)
+		r, oerrs := c.resolve(ctx, name, rv, c.recipeDef, sets)
 		if len(oerrs) > 0 {
 			for _, e := range oerrs {
 				// An override of every recipe that fails fails the same way
@@ -329,6 +383,14 @@ func Load(args []string, opts Options) (*Catalog, error) {
 		}
 		c.Recipes[name] = r
 	}
+	return errs
+}
+
+// missingNames reports an empty catalog, and a recipe named by --only or by a --set
+// override that does not exist.
+func (c *Catalog) missingNames(sets []override, opts Options) List {
+	var errs List
+	args := c.Files
 	if len(c.Names) == 0 {
 		errs = append(errs, &Error{Pos: Position{File: args[0], Line: 1, Col: 1}, Msg: `no recipes: define them under a top-level "recipes" struct`})
 	}
@@ -344,10 +406,7 @@ func Load(args []string, opts Options) (*Catalog, error) {
 			}
 		}
 	}
-	if len(errs) > 0 {
-		return c, errs.Sort()
-	}
-	return c, nil
+	return errs
 }
 
 func overrideAt(sets []override, p Position) (override, bool) {

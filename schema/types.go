@@ -13,6 +13,20 @@ type Recipe struct {
 	Syncs       []Sync `json:"syncs"`
 	Task        Task   `json:"task"`
 	Knobs       Knobs  `json:"knobs"`
+	// Rollout is the external rollout engine (nil: the in-process sampler).
+	Rollout *Rollout `json:"rollout,omitempty"`
+}
+
+// Rollout is an external rollout engine: inference servers and how to ask them.
+type Rollout struct {
+	Engine         string   `json:"engine"`
+	Servers        []string `json:"servers"`
+	Model          string   `json:"model,omitempty"`
+	TimeoutS       float64  `json:"timeout_s"`
+	UpdateTimeoutS float64  `json:"update_timeout_s"`
+	Attempts       int      `json:"attempts"`
+	ShardRows      int      `json:"shard_rows"`
+	WeightsDir     string   `json:"weights_dir,omitempty"`
 }
 
 // Role is one model of a recipe bound to a specialization.
@@ -50,6 +64,20 @@ type Model struct {
 	Revision string `json:"revision,omitempty"`
 	// ActivationCheckpointing recomputes each decoder layer's activations in the backward pass.
 	ActivationCheckpointing bool `json:"activation_checkpointing,omitempty"`
+	// LoRA trains low-rank adapters on the frozen weights (nil: full fine-tuning).
+	LoRA *LoRA `json:"lora,omitempty"`
+}
+
+// LoRA configures a role's low-rank adapters (schema #LoRA).
+type LoRA struct {
+	Rank    int      `json:"rank"`
+	Alpha   float64  `json:"alpha"`
+	Dropout float64  `json:"dropout"`
+	Targets []string `json:"targets,omitempty"`
+	Init    string   `json:"init"`
+	RSLoRA  bool     `json:"rslora"`
+	// Adapter is a PEFT adapter directory to start from ("": new adapters).
+	Adapter string `json:"adapter,omitempty"`
 }
 
 // Sync moves keys a source role produces into a target role's batch.
@@ -186,23 +214,26 @@ type Knobs struct {
 	DynamicSampling      bool `json:"dynamic_sampling"`
 	MaxNumGenBatches     int  `json:"max_num_gen_batches"`
 	RolloutRetries       int  `json:"rollout_retries"`
+	MaxStaleness         int  `json:"max_staleness"`
 
-	Beta                 float64 `json:"beta"`
-	DPOLossType          string  `json:"dpo_loss_type"`
-	LabelSmoothing       float64 `json:"label_smoothing"`
-	IPOLengthNormalize   bool    `json:"ipo_length_normalize"`
-	SimPOGamma           float64 `json:"simpo_gamma"`
-	ORPOLambda           float64 `json:"orpo_lambda"`
-	KTODesirableWeight   float64 `json:"kto_desirable_weight"`
-	KTOUndesirableWeight float64 `json:"kto_undesirable_weight"`
-	RMMargin             float64 `json:"rm_margin"`
-	CenterRewardsCoef    float64 `json:"center_rewards_coef"`
+	Beta                 float64   `json:"beta"`
+	DPOLossType          Terms     `json:"dpo_loss_type"`
+	DPOLossWeights       []float64 `json:"dpo_loss_weights"`
+	LabelSmoothing       float64   `json:"label_smoothing"`
+	IPOLengthNormalize   bool      `json:"ipo_length_normalize"`
+	SimPOGamma           float64   `json:"simpo_gamma"`
+	ORPOLambda           float64   `json:"orpo_lambda"`
+	KTODesirableWeight   float64   `json:"kto_desirable_weight"`
+	KTOUndesirableWeight float64   `json:"kto_undesirable_weight"`
+	RMMargin             float64   `json:"rm_margin"`
+	CenterRewardsCoef    float64   `json:"center_rewards_coef"`
 
 	KLPenaltyCoef       float64 `json:"kl_penalty_coef"`
 	KLDiscountFactor    float64 `json:"kl_discount_factor"`
 	GKDBeta             float64 `json:"gkd_beta"`
 	GKDLambda           float64 `json:"gkd_lambda"`
 	GKDTemperature      float64 `json:"gkd_temperature"`
+	GKDTeacherTopK      int     `json:"gkd_teacher_top_k"`
 	BetaStart           float64 `json:"beta_start"`
 	BetaEnd             float64 `json:"beta_end"`
 	BetaDecayRollouts   int     `json:"beta_decay_rollouts"`

@@ -471,6 +471,9 @@ func (c *Catalog) schemaAt(path string) cue.Value {
 	}
 	for _, sel := range sels[1:] {
 		next := s.LookupPath(cue.MakePath(sel))
+		if !next.Exists() && sel.Type() == cue.StringLabel && sel.ConstraintType() == 0 {
+			next = s.LookupPath(cue.MakePath(sel.Optional())) // an optional field (model.lora)
+		}
 		if !next.Exists() && sel.Type() == cue.IndexLabel {
 			next = s.LookupPath(cue.MakePath(cue.AnyIndex))
 		}

@@ -8,6 +8,12 @@ lines, so that stx's figures can be reported as ratios measured on one machine i
 head_dim, rope_theta; e.g. the one `stx init-model --shape qwen2.5-0.5b` writes), with
 --batch/--seq-len/--prompt-len/--new-tokens as `stx bench` has them.
 
+--lora R measures LoRA as PyTorch + PEFT run it (`stx bench --lora R`'s peer): the model is
+transformers' own (from --config, or the bench model's sizes as a Llama config) wrapped by PEFT's
+get_peft_model (rank R, alpha 2R, --lora-targets, default all-linear), the optimizer holds the
+adapters alone and the frozen reference is the base with the adapters disabled (as TRL does it).
+It needs transformers and peft on PYTHONPATH (scripts/fetch-peft.sh installs them).
+
 It is not part of stx or its tests: it only exists to measure the peer.
 """
 import argparse
@@ -122,6 +128,30 @@ def token_logprobs(model, tokens, targets):
     return model(tokens).log_softmax(-1).gather(-1, targets[..., None])[..., 0]
 
 
+class PeftPolicy:
+    """A transformers model with PEFT LoRA adapters: forward with adapters, forward of the base."""
+
+    def __init__(self, config_path, rank, targets):
+        from peft import LoraConfig, get_peft_model
+        from transformers import AutoConfig, AutoModelForCausalLM, LlamaConfig
+        if config_path:
+            cfg = AutoConfig.from_pretrained(os.path.dirname(os.path.abspath(config_path)))
+        else:
+            cfg = LlamaConfig(vocab_size=V, hidden_size=D, num_hidden_layers=L, num_attention_heads=H,
+                              num_key_value_heads=KVH, intermediate_size=FF, tie_word_embeddings=TIED)
+        base = AutoModelForCausalLM.from_config(cfg, torch_dtype=torch.float32)
+        lc = LoraConfig(r=rank, lora_alpha=2 * rank, lora_dropout=0.0, task_type="CAUSAL_LM",
+                        target_modules=targets if targets == "all-linear" else targets.split(","))
+        self.model = get_peft_model(base, lc)
+
+    def logprobs(self, tokens, targets):
+        return self.model(input_ids=tokens).logits.log_softmax(-1).gather(-1, targets[..., None])[..., 0]
+
+    def base_logprobs(self, tokens, targets):
+        with self.model.disable_adapter():
+            return self.logprobs(tokens, targets)
+
+
 def timed(runs, fn):
     fn()
     ts = []
@@ -153,6 +183,8 @@ def main():
     ap.add_argument("--prompt-len", type=int, default=32)
     ap.add_argument("--new-tokens", type=int, default=128)
     ap.add_argument("--only", default="", help="comma-separated measurements to run (as stx bench --only)")
+    ap.add_argument("--lora", type=int, default=0, help="LoRA rank: PyTorch + PEFT adapters (0: full fine-tuning)")
+    ap.add_argument("--lora-targets", default="all-linear", help="PEFT target_modules (comma-separated, or all-linear)")
     args = ap.parse_args()
     names = ["forward_logprobs", "grpo_train_step", "sft_train_step", "kv_cache_sampling"]
     only = [n.strip() for n in args.only.split(",") if n.strip()] or names
@@ -165,8 +197,15 @@ def main():
     print(f"peer: PyTorch {torch.__version__}, {args.threads} threads; {openblas()}", file=sys.stderr)
     torch.manual_seed(1)
     B, T, P, N = args.batch, args.seq_len, args.prompt_len, args.new_tokens
-    model, ref = Model(), Model()
-    ref.load_state_dict(model.state_dict())
+    if args.lora:
+        pol = PeftPolicy(args.config, args.lora, args.lora_targets)
+        model = pol.model
+        fwd, ref_fwd = pol.logprobs, pol.base_logprobs
+    else:
+        model, ref = Model(), Model()
+        ref.load_state_dict(model.state_dict())
+        fwd = lambda t, y: token_logprobs(model, t, y)  # noqa: E731
+        ref_fwd = lambda t, y: token_logprobs(ref, t, y)  # noqa: E731
     tokens = torch.randint(0, V, (B, T))
     targets = torch.roll(tokens, -1, 1)
     mask = torch.ones(B, T)
@@ -181,15 +220,17 @@ def main():
 
     if "forward_logprobs" in only:
         with torch.no_grad():
-            emit("forward_logprobs", B * T, timed(args.runs, lambda: token_logprobs(model, tokens, targets)))
+            emit("forward_logprobs", B * T, timed(args.runs, lambda: fwd(tokens, targets)))
 
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-5, weight_decay=0.0)
+    # With LoRA only the adapters require gradients: the optimizer holds them alone.
+    params = [p for p in model.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=1e-5, weight_decay=0.0)
     adv = torch.randn(B)
 
     def step():
         with torch.no_grad():
-            ref_lp = token_logprobs(ref, tokens, targets)
-        lp = token_logprobs(model, tokens, targets)
+            ref_lp = ref_fwd(tokens, targets)
+        lp = fwd(tokens, targets)
         ratio = (lp - ref_lp).exp()
         a = adv[:, None]
         surr = torch.minimum(ratio * a, ratio.clamp(0.8, 1.28) * a)
@@ -198,16 +239,16 @@ def main():
         loss = ((0.04 * k3 - surr) * mask).sum() / mask.sum()
         opt.zero_grad()
         loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
         opt.step()
     if "grpo_train_step" in only:
         emit("grpo_train_step", B * T, timed(args.runs, step))
 
     def sft():
-        loss = -(token_logprobs(model, tokens, targets) * mask).sum() / mask.sum()
+        loss = -(fwd(tokens, targets) * mask).sum() / mask.sum()
         opt.zero_grad()
         loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
         opt.step()
     if "sft_train_step" in only:
         emit("sft_train_step", B * T, timed(args.runs, sft))
@@ -223,7 +264,9 @@ def main():
                 if i == N - 1:
                     break
                 logits = model(nxt, cache, P + i)[:, -1]
-    if "kv_cache_sampling" in only:
+    if "kv_cache_sampling" in only and args.lora:
+        print("peer: kv_cache_sampling is not measured with --lora (the hand-written cache needs the plain model)", file=sys.stderr)
+    elif "kv_cache_sampling" in only:
         emit("kv_cache_sampling", B * N, timed(args.runs, sample))
     for o in out:
         print(json.dumps(o))

@@ -26,7 +26,7 @@ func init() {
 			if estimators.NeedsOf(c.Knobs.EstimatorFor(c.Role.Name)).Values {
 				extra = append(extra, rollout.KeyValues)
 			}
-			return trainOnly(c, lmForward, extra...)
+			return withTIS(c, trainOnly(c, lmForward, extra...))
 		},
 		Produces: func(c RoleConfig) []string { return withRef(c, rollout.KeyLogProbs) },
 		New:      func(c RoleConfig) (Specialization, error) { return newActor(c) },
@@ -179,6 +179,7 @@ func (a *actor) PrepareBatch(data *rollout.Rollout, opts BatchOptions) ([]map[st
 		T := mb[bTokens].Shape().Dimensions[1]
 		mb[rollout.KeySamplerLogProbs] = shiftedTok(data.Tok[rollout.KeySamplerLogProbs], rows, T)
 		mb[rollout.KeyAdvantages] = shiftedTok(data.Tok[rollout.KeyAdvantages], rows, T)
+		addOldLogProbs(mb, data, rows, T, k)
 		if k.UseKLLoss {
 			mb[rollout.KeyRefLogProbs] = shiftedTok(data.Tok[rollout.KeyRefLogProbs], rows, T)
 		}
@@ -241,9 +242,57 @@ func boundNodes(who string, batch Batch, keys ...string) ([]*Node, error) {
 	return nodes, nil
 }
 
+// bOldLogProbs is the batch key of the policy's log-probs under the weights before the
+// step (old_logp), which tis_cap's correction needs.
+const bOldLogProbs = "old_log_probs"
+
+// withTIS adds to a trainable role's required keys its own log-probs (produced with its
+// current weights before it trains: old_logp) when tis_cap is set.
+func withTIS(c RoleConfig, ks []string) []string {
+	if c.Knobs.TISCap != nil && c.Role.Trainable {
+		return keys(append(ks, rollout.KeyLogProbs)...)
+	}
+	return ks
+}
+
+// addOldLogProbs puts old_logp into micro-batch mb (rows of data, T positions) when
+// tis_cap is set.
+func addOldLogProbs(mb map[string]*tensors.Tensor, data *rollout.Rollout, rows []int, T int, k schema.Knobs) {
+	if k.TISCap != nil {
+		mb[bOldLogProbs] = shiftedTok(data.Tok[rollout.KeyLogProbs], rows, T)
+	}
+}
+
 // policyLoss is the policy loss of section C named by policy over pb, its clip bounds read
-// from batch (clipBounds' inputs), reduced with r.
+// from batch (clipBounds' inputs), reduced with r. With tis_cap, the behaviour policy of
+// every loss is the trained policy before the step (old_logp, batch's old_log_probs) and
+// each token's loss is weighted by the truncated importance-sampling correction from the
+// sampler's policy to it (ALGORITHMS.md C.7; loss.TISWeights), whose metrics it adds.
 func policyLoss(who, policy string, k schema.Knobs, pb loss.PolicyBatch, batch Batch, r loss.Reducer) (loss.Result, error) {
+	if k.TISCap == nil {
+		return basePolicyLoss(who, policy, k, pb, batch, r)
+	}
+	old := batch[bOldLogProbs]
+	if old == nil {
+		return loss.Result{}, fmt.Errorf("%s: tis_cap needs %q in the batch (the policy's log-probs before the step)", who, bOldLogProbs)
+	}
+	w, metrics, err := loss.TISWeights(old, pb.SamplerLogProbs, pb.Mask, *k.TISCap, r)
+	if err != nil {
+		return loss.Result{}, fmt.Errorf("%s: %w", who, err)
+	}
+	pb.OldLogProbs, pb.SamplerLogProbs, pb.TokenWeights = old, old, w
+	res, err := basePolicyLoss(who, policy, k, pb, batch, r)
+	if err != nil {
+		return res, err
+	}
+	for name, m := range metrics {
+		res.Metrics[name] = m
+	}
+	return res, nil
+}
+
+// basePolicyLoss is policyLoss without the rollout correction.
+func basePolicyLoss(who, policy string, k schema.Knobs, pb loss.PolicyBatch, batch Batch, r loss.Reducer) (loss.Result, error) {
 	// The clip bounds are batch inputs, never the knobs the specialization was built
 	// with: a trainer keeps the loss it compiled, and a hot-reloaded bound must reach it.
 	switch policy {

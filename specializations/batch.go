@@ -27,6 +27,9 @@ const (
 	bDenSeqs   = "den_seqs"          // scalar B' of the whole mini-batch
 	bDenRows   = "den_rows"          // scalar B of the whole mini-batch
 	bCount     = "den_count"         // scalar: pairs, examples, samples or entries of the mini-batch
+	// bChosenTokens is the scalar count of the chosen answers' target tokens in the mini-batch
+	// (the token mean of a preference loss's sft term).
+	bChosenTokens = "den_chosen_tokens"
 )
 
 // Wide columns hold a vector per token (Tok) or per row (Row) as one column per component,

@@ -88,9 +88,6 @@ func (c *critic) ComputeLoss(out Output, batch Batch, r loss.Reducer) (*Node, ma
 	return res.Loss, res.Metrics, nil
 }
 
-// Loss is the runtime.LossFn of the role.
-func (c *critic) Loss() runtime.LossFn { return lossFn(c) }
-
 // Produce is the forward-only values.
 func (c *critic) Produce() runtime.OutputFn {
 	return func(ctx *context.Context, m *runtime.Model, batch map[string]*Node) map[string]*Node {

@@ -28,7 +28,7 @@ func init() {
 					extra = append(extra, rollout.KeyValues)
 				}
 			}
-			return trainOnly(c, lmForward, extra...)
+			return withTIS(c, trainOnly(c, lmForward, extra...))
 		},
 		Produces: func(RoleConfig) []string { return keys(rollout.KeyLogProbs) },
 		New:      func(c RoleConfig) (Specialization, error) { return newOPD(c) },
@@ -213,6 +213,7 @@ func (s *opd) PrepareBatch(data *rollout.Rollout, opts BatchOptions) ([]map[stri
 		mb[rollout.KeySamplerLogProbs] = shiftedTok(data.Tok[rollout.KeySamplerLogProbs], rows, T)
 		mb[rollout.KeyTeacherLogProbs] = shiftedTok(data.Tok[rollout.KeyTeacherLogProbs], rows, T)
 		mb[rollout.KeyAdvantages] = shiftedTok(data.Tok[rollout.KeyAdvantages], rows, T)
+		addOldLogProbs(mb, data, rows, T, s.cfg.Knobs)
 		return nil
 	})
 	if err != nil {
@@ -247,21 +248,36 @@ func tokenCount(batch Batch) *Node {
 	return ReduceAllSum(batch[bLossMask])
 }
 
-// Loss is the runtime.LossFn of the role.
-func (s *opd) Loss() runtime.LossFn { return lossFn(s) }
-
 // gkd is generalized knowledge distillation: the generalized JSD between the student's and
 // the teacher's full next-token distributions at every trainable position (Agarwal et al.,
 // 2024; β = gkd_beta, τ = gkd_temperature), reduced with loss_agg_mode (token-mean is
 // trl's "batchmean"). The teacher's logits arrive as a wide per-token column
-// (teacher_logits/0 … teacher_logits/V−1, see SetTokenVectors). Mixing on-policy and
-// dataset batches (gkd_lambda) is the rollout side's concern.
-type gkd struct{ lmBase }
+// (teacher_logits/0 … teacher_logits/V−1, see SetTokenVectors); with gkd_teacher_top_k = k
+// > 0 that column is the teacher's top-k summary instead, 2k+1 wide (loss.TeacherTopK: its k
+// log-probs, the rest's log-mass, the k ids), and the divergence is over those k+1 buckets
+// (ALGORITHMS.md F.3 states the bias). Mixing on-policy and dataset batches (gkd_lambda) is
+// the rollout side's concern.
+type gkd struct {
+	lmBase
+	topK int // gkd_teacher_top_k: 0 exact, else the teacher's summary of k tokens
+}
 
 // newGKD builds the gkd specialization.
 func newGKD(cfg RoleConfig) (*gkd, error) {
 	b, err := newLMBase("gkd", cfg)
-	return &gkd{b}, err
+	if err == nil && cfg.Knobs.GKDTeacherTopK < 0 {
+		err = fmt.Errorf("gkd: gkd_teacher_top_k must be >= 0, got %d", cfg.Knobs.GKDTeacherTopK)
+	}
+	return &gkd{lmBase: b, topK: cfg.Knobs.GKDTeacherTopK}, err
+}
+
+// teacherWidth is the width of the teacher's column for a vocabulary: V, or the top-k
+// summary's 2k+1.
+func (s *gkd) teacherWidth(vocab int) int {
+	if s.topK > 0 {
+		return loss.TopKSummaryWidth(s.topK)
+	}
+	return vocab
 }
 
 // PrepareBatch reads tokens, loss_mask and teacher_logits.
@@ -295,8 +311,13 @@ func (s *gkd) ExtractModelOutput(ctx *context.Context, m *runtime.Model, batch B
 		return nil, fmt.Errorf("gkd: the batch has no %s", rollout.KeyTeacherLogits)
 	}
 	td := batch[bTokens].Shape().Dimensions
-	if want := []int{td[0], td[1], m.Config.VocabSize}; teacher.Rank() != 3 || teacher.Shape().Dimensions[0] != want[0] ||
+	V := m.Config.VocabSize
+	if want := []int{td[0], td[1], s.teacherWidth(V)}; teacher.Rank() != 3 || teacher.Shape().Dimensions[0] != want[0] ||
 		teacher.Shape().Dimensions[1] != want[1] || teacher.Shape().Dimensions[2] != want[2] {
+		if s.topK > 0 {
+			return nil, fmt.Errorf("gkd: the teacher's column is %s, want %v: the teacher's top-%d summary (gkd_teacher_top_k)",
+				teacher.Shape(), want, s.topK)
+		}
 		return nil, fmt.Errorf("gkd: student logits %v and teacher logits %s differ (same vocabulary needed)",
 			want, teacher.Shape())
 	}
@@ -304,10 +325,22 @@ func (s *gkd) ExtractModelOutput(ctx *context.Context, m *runtime.Model, batch B
 	if err := cfg.Check(); err != nil {
 		return nil, err
 	}
-	outs := headOutputs(ctx, m, batch, []*Node{teacher}, func(z *Node, rows []*Node) []*Node {
-		d, _ := loss.GeneralizedJSDTokens(z, rows[0], cfg) // cfg checked above
-		return []*Node{d}
-	})
+	if s.topK >= V {
+		return nil, fmt.Errorf("gkd: gkd_teacher_top_k %d must be below the vocabulary's %d tokens", s.topK, V)
+	}
+	var outs []*Node
+	if s.topK > 0 {
+		// The target log-probs come from the divergence's own pass over the vocabulary.
+		outs = m.Head(ctx, hidden(ctx, m, batch), []*Node{batch[bTargets], teacher}, func(z *Node, rows []*Node) []*Node {
+			d, lp, _ := loss.GeneralizedJSDTopKAndLogProbs(z, rows[1], rows[0], s.topK, cfg) // shapes and cfg checked above
+			return []*Node{lp, d}
+		})
+	} else {
+		outs = headOutputs(ctx, m, batch, []*Node{teacher}, func(z *Node, rows []*Node) []*Node {
+			d, _ := loss.GeneralizedJSDTokens(z, rows[0], cfg) // cfg checked above
+			return []*Node{d}
+		})
+	}
 	return Output{rollout.KeyLogProbs: outs[0], outTokenJSD: outs[1]}, nil
 }
 
@@ -320,16 +353,37 @@ func (s *gkd) ComputeLoss(out Output, batch Batch, r loss.Reducer) (*Node, map[s
 	return res.Loss, map[string]*Node{"jsd": res.Loss}, nil
 }
 
-// Loss is the runtime.LossFn of the role.
-func (s *gkd) Loss() runtime.LossFn { return lossFn(s) }
-
-// Produce is the forward-only log_probs and full logits (a GKD teacher's role).
+// Produce is the forward-only log_probs and full logits (a GKD teacher's role), or with
+// gkd_teacher_top_k the top-k summary in place of the logits, computed a chunk of rows at a
+// time so that only the narrow summary leaves the device.
 func (s *gkd) Produce() runtime.OutputFn {
 	return func(ctx *context.Context, m *runtime.Model, batch map[string]*Node) map[string]*Node {
+		if s.topK > 0 {
+			return s.produceTopK(ctx, m, batch)
+		}
 		// The teacher's full logits are its product (a wide column of the rollout); forward
 		// only, without gradient.
 		logits := m.Logits(ctx, hidden(ctx, m, batch))
 		return map[string]*Node{rollout.KeyLogProbs: runtime.LogProbs(logits, batch[bTargets]), rollout.KeyLogits: logits}
+	}
+}
+
+// produceTopK is Produce with gkd_teacher_top_k: the log-probs of the targets and the
+// summary (loss.TeacherTopK at gkd_temperature) from one chunked pass over the head.
+func (s *gkd) produceTopK(ctx *context.Context, m *runtime.Model, batch map[string]*Node) map[string]*Node {
+	tau := s.cfg.Knobs.GKDTemperature
+	both := m.HeadRows(ctx, hidden(ctx, m, batch), []*Node{batch[bTargets]}, func(z *Node, rows []*Node) *Node {
+		sum, err := loss.TeacherTopK(z, s.topK, tau)
+		if err != nil {
+			panic(err) // a vocabulary no larger than k: the graph cannot be built
+		}
+		lp := ExpandAxes(runtime.LogProbs(z, rows[0]), -1)
+		return Concatenate([]*Node{lp, sum}, -1)
+	})
+	w := both.Shape().Dimensions[2]
+	return map[string]*Node{
+		rollout.KeyLogProbs: Squeeze(Slice(both, AxisRange(), AxisRange(), AxisRange(0, 1)), -1),
+		rollout.KeyLogits:   Slice(both, AxisRange(), AxisRange(), AxisRange(1, w)),
 	}
 }
 
@@ -369,9 +423,6 @@ func (s *dagger) ComputeLoss(out Output, batch Batch, r loss.Reducer) (*Node, ma
 	}
 	return res.Loss, res.Metrics, nil
 }
-
-// Loss is the runtime.LossFn of the role.
-func (s *dagger) Loss() runtime.LossFn { return lossFn(s) }
 
 // Produce is the forward-only log_probs and greedy actions (token ids as floats).
 func (s *dagger) Produce() runtime.OutputFn {
@@ -453,9 +504,6 @@ func (s *aggrevate) ComputeLoss(out Output, batch Batch, r loss.Reducer) (*Node,
 	return res.Loss, map[string]*Node{"mean_abs_weight": ReduceAllMean(Abs(res.Aux["weights"]))}, nil
 }
 
-// Loss is the runtime.LossFn of the role.
-func (s *aggrevate) Loss() runtime.LossFn { return lossFn(s) }
-
 // mixedDaggerOPD is the β-blend of cross-entropy on teacher-executed tokens and K3
 // reverse KL on student-executed tokens: L = β·CE + (1−β)·K3 with β
 // following the linear schedule from beta_start to beta_end over beta_decay_rollouts
@@ -523,6 +571,3 @@ func (s *mixedDaggerOPD) ComputeLoss(out Output, batch Batch, _ loss.Reducer) (*
 	}
 	return res.Loss, res.Metrics, nil
 }
-
-// Loss is the runtime.LossFn of the role.
-func (s *mixedDaggerOPD) Loss() runtime.LossFn { return lossFn(s) }

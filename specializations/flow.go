@@ -51,6 +51,7 @@ const (
 
 // flowBase is what both flow specializations share.
 type flowBase struct {
+	selfLoss[*runtime.VelocityModel]
 	contract Contract
 	cfg      RoleConfig
 }
@@ -146,9 +147,6 @@ func (s *flowMatching) ComputeLoss(out Output, batch Batch, _ loss.Reducer) (*No
 	}
 	return res.Loss, map[string]*Node{}, nil
 }
-
-// Loss is the runtime.LossOf[*runtime.VelocityModel] of the role.
-func (s *flowMatching) Loss() runtime.LossOf[*runtime.VelocityModel] { return lossFn(s) }
 
 // Produce is the forward-only velocity at the batch's x_σ.
 func (s *flowMatching) Produce() runtime.OutputOf[*runtime.VelocityModel] {
@@ -300,9 +298,6 @@ func (s *flowActor) ComputeLoss(out Output, batch Batch, _ loss.Reducer) (*Node,
 	}
 	return res.Loss, res.Metrics, nil
 }
-
-// Loss is the runtime.LossOf[*runtime.VelocityModel] of the role.
-func (s *flowActor) Loss() runtime.LossOf[*runtime.VelocityModel] { return lossFn(s) }
 
 // Produce is the forward-only step_log_probs of each transition (e.g. the sampler's).
 func (s *flowActor) Produce() runtime.OutputOf[*runtime.VelocityModel] {

@@ -15,6 +15,7 @@ import (
 // lmBase is what every language-model specialization shares: its contract and role
 // config, the loss_agg_mode reducer, the forward pass and the forward-only outputs.
 type lmBase struct {
+	selfLoss[*runtime.Model]
 	contract Contract
 	cfg      RoleConfig
 	// tempered roles score tokens the rollout sampler drew: their log-probs (and those of the

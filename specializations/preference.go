@@ -9,6 +9,7 @@ import (
 
 	"stx.dev/stx/rollout"
 	"stx.dev/stx/runtime"
+	"stx.dev/stx/schema"
 	"stx.dev/stx/specializations/loss"
 )
 
@@ -20,21 +21,21 @@ func init() {
 			return trainOnly(c, lmForward, rollout.KeyChosen, rollout.KeyRefLogProbs)
 		},
 		Produces: func(c RoleConfig) []string { return withRef(c, rollout.KeyLogProbs) },
-		New:      func(c RoleConfig) (Specialization, error) { return newPairwise("dpo", c) },
+		New:      func(c RoleConfig) (Specialization, error) { return newPairwise("dpo", c, dpoTerms) },
 	})
 	MustRegister(Contract{
 		Name: "simpo", Data: DataPreference,
 		Doc:      "SimPO: reference-free length-normalised margin (Meng et al., 2024)",
 		Requires: func(c RoleConfig) []string { return trainOnly(c, lmForward, rollout.KeyChosen) },
 		Produces: func(RoleConfig) []string { return keys(rollout.KeyLogProbs) },
-		New:      func(c RoleConfig) (Specialization, error) { return newPairwise("simpo", c) },
+		New:      func(c RoleConfig) (Specialization, error) { return newPairwise("simpo", c, oneTerm(loss.TermSimPO)) },
 	})
 	MustRegister(Contract{
 		Name: "orpo", Data: DataPreference,
 		Doc:      "ORPO: chosen NLL plus odds-ratio term (Hong et al., 2024)",
 		Requires: func(c RoleConfig) []string { return trainOnly(c, lmForward, rollout.KeyChosen) },
 		Produces: func(RoleConfig) []string { return keys(rollout.KeyLogProbs) },
-		New:      func(c RoleConfig) (Specialization, error) { return newPairwise("orpo", c) },
+		New:      func(c RoleConfig) (Specialization, error) { return newPairwise("orpo", c, oneTerm(loss.TermORPO)) },
 	})
 	MustRegister(Contract{
 		Name: "kto", Data: DataKTO,
@@ -59,33 +60,54 @@ func init() {
 // pairs; the pair count of the whole mini-batch is a batch input, so the micro-batch
 // losses add up to the mini-batch mean (loss = mean over pairs, as in TRL).
 
-// pairwise is the DPO family and its reference-free relatives on preference pairs:
-// dpo (sigmoid; cDPO with label_smoothing; hinge; ipo through dpo_loss_type), simpo and
-// orpo (Rafailov et al., 2023; Azar et al., 2023; Meng et al., 2024; Hong et al., 2024). Metrics: accuracy, margins, chosen_rewards, rejected_rewards
-// (dpo), accuracy (simpo, orpo).
+// pairwise is the DPO family and its reference-free relatives on preference pairs: a
+// composed loss Σ w_k·L_k of terms (loss.Preference). dpo takes its terms from the recipe
+// (dpo_loss_type with dpo_loss_weights: sigmoid, cDPO with label_smoothing, hinge, ipo, sft,
+// so RPO and DPO+SFT mixes are recipes), simpo and orpo are one term each (Rafailov et al.,
+// 2023; Azar et al., 2023; Meng et al., 2024; Hong et al., 2024; Pang et al., 2024).
+// Metrics: those of its terms (accuracy, margins, chosen_rewards, rejected_rewards for the
+// DPO terms; accuracy for simpo and orpo; nll_loss for sft) and loss_<term> when several.
 type pairwise struct {
 	lmBase
+	pref    loss.PreferenceConfig
+	withRef bool // a term reads the reference log-probs
 }
 
-// newPairwise builds the dpo, simpo or orpo specialization named by name.
-func newPairwise(name string, cfg RoleConfig) (*pairwise, error) {
-	switch name {
-	case "dpo", "simpo", "orpo":
-	default:
-		return nil, fmt.Errorf("pairwise specialization %q: want dpo, simpo or orpo", name)
+// pairTermsOf gives a pairwise specialization's weighted terms from its role's knobs.
+type pairTermsOf func(schema.Knobs) ([]loss.WeightedTerm, error)
+
+// dpoTerms are the recipe's dpo_loss_type terms with their dpo_loss_weights.
+func dpoTerms(k schema.Knobs) ([]loss.WeightedTerm, error) {
+	names := []string(k.DPOLossType)
+	if len(names) == 0 {
+		names = []string{string(loss.TermSigmoid)}
 	}
+	return loss.Terms(names, k.DPOLossWeights)
+}
+
+// oneTerm is a specialization whose loss is a single fixed term.
+func oneTerm(t loss.PairTerm) pairTermsOf {
+	return func(schema.Knobs) ([]loss.WeightedTerm, error) { return []loss.WeightedTerm{{Term: t, Weight: 1}}, nil }
+}
+
+// newPairwise builds the pairwise specialization registered as name with the terms of terms.
+func newPairwise(name string, cfg RoleConfig, terms pairTermsOf) (*pairwise, error) {
 	b, err := newLMBase(name, cfg)
 	if err != nil {
 		return nil, err
 	}
-	if name == "dpo" {
-		switch cfg.Knobs.DPOLossType {
-		case "", "sigmoid", "hinge", "ipo":
-		default:
-			return nil, fmt.Errorf("dpo: unknown dpo_loss_type %q", cfg.Knobs.DPOLossType)
-		}
+	ts, err := terms(cfg.Knobs)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
 	}
-	return &pairwise{b}, nil
+	k := cfg.Knobs
+	p := &pairwise{lmBase: b, pref: loss.PreferenceConfig{Terms: ts,
+		DPO:   loss.DPOConfig{Beta: k.Beta, LabelSmoothing: k.LabelSmoothing, IPOSummed: !k.IPOLengthNormalize},
+		SimPO: loss.SimPOConfig{Beta: k.Beta, Gamma: k.SimPOGamma}, ORPOLambda: k.ORPOLambda}}
+	for _, t := range ts {
+		p.withRef = p.withRef || t.Term.NeedsReference()
+	}
+	return p, nil
 }
 
 // checkPairs verifies that rows form (chosen, rejected) pairs.
@@ -120,15 +142,28 @@ func (b lmBase) pairBatches(data *rollout.Rollout, opts BatchOptions, tok ...str
 		return nil
 	})
 	setScalar(mbs, bCount, float64(data.Len()/2))
+	setScalar(mbs, bChosenTokens, float64(chosenTokens(data)))
 	return mbs, err
 }
 
-// PrepareBatch reads tokens, loss_mask, chosen and (dpo) ref_log_probs.
+// chosenTokens counts the target tokens of the chosen rows: the denominator of the sft
+// term's token mean over the whole mini-batch.
+func chosenTokens(data *rollout.Rollout) int {
+	var chosen []int
+	for i, c := range data.Row[rollout.KeyChosen] {
+		if c == 1 {
+			chosen = append(chosen, i)
+		}
+	}
+	return loss.CountMask(shiftedMasks(data.Mask, chosen)).Tokens
+}
+
+// PrepareBatch reads tokens, loss_mask, chosen and, when a term needs them, ref_log_probs.
 func (p *pairwise) PrepareBatch(data *rollout.Rollout, opts BatchOptions) ([]map[string]*tensors.Tensor, error) {
 	if !p.cfg.Role.Trainable {
 		return p.forwardBatches(data, opts, 1)
 	}
-	if p.contract.Name == "dpo" {
+	if p.withRef {
 		return p.pairBatches(data, opts, rollout.KeyRefLogProbs)
 	}
 	return p.pairBatches(data, opts)
@@ -150,7 +185,7 @@ func pairBatch(lp *Node, batch Batch, withRef bool) (loss.PairBatch, error) {
 	if err != nil {
 		return loss.PairBatch{}, err
 	}
-	pb := loss.PairBatch{Count: batch[bCount]}
+	pb := loss.PairBatch{Count: batch[bCount], ChosenTokens: batch[bChosenTokens]}
 	pb.PolicyChosen, pb.PolicyRejected = splitPairs(sum, batch[rollout.KeyChosen])
 	pb.ChosenLengths, pb.RejectedLengths = splitPairs(n, batch[rollout.KeyChosen])
 	if withRef {
@@ -163,31 +198,18 @@ func pairBatch(lp *Node, batch Batch, withRef bool) (loss.PairBatch, error) {
 	return pb, nil
 }
 
-// ComputeLoss is the specialization's preference loss.
+// ComputeLoss is the composed preference loss of the specialization's terms.
 func (p *pairwise) ComputeLoss(out Output, batch Batch, _ loss.Reducer) (*Node, map[string]*Node, error) {
-	k := p.cfg.Knobs
-	pb, err := pairBatch(out[rollout.KeyLogProbs], batch, p.contract.Name == "dpo")
+	pb, err := pairBatch(out[rollout.KeyLogProbs], batch, p.withRef)
 	if err != nil {
 		return nil, nil, err
 	}
-	var res loss.Result
-	switch p.contract.Name {
-	case "dpo":
-		res, err = loss.DPO(pb, loss.DPOConfig{Type: loss.DPOType(k.DPOLossType), Beta: k.Beta,
-			LabelSmoothing: k.LabelSmoothing, IPOSummed: !k.IPOLengthNormalize})
-	case "simpo":
-		res, err = loss.SimPO(pb, loss.SimPOConfig{Beta: k.Beta, Gamma: k.SimPOGamma})
-	case "orpo":
-		res, err = loss.ORPO(pb, k.ORPOLambda)
-	}
+	res, err := loss.Preference(pb, p.pref)
 	if err != nil {
 		return nil, nil, err
 	}
 	return res.Loss, res.Metrics, nil
 }
-
-// Loss is the runtime.LossFn of the role.
-func (p *pairwise) Loss() runtime.LossFn { return lossFn(p) }
 
 // kto is Kahneman–Tversky optimisation on single examples labelled desirable (label 1) or
 // undesirable (label 0) (KTO, Ethayarajh et al., 2024). Its KL baseline z0 comes from the rollout's
@@ -260,9 +282,6 @@ func (s *kto) ComputeLoss(out Output, batch Batch, _ loss.Reducer) (*Node, map[s
 	acc := Div(ReduceAllSum(hits), Max(count, OnesLike(count)))
 	return l, map[string]*Node{"z0": z0, "accuracy": acc}, nil
 }
-
-// Loss is the runtime.LossFn of the role.
-func (s *kto) Loss() runtime.LossFn { return lossFn(s) }
 
 // AddKTOMismatched returns data with one mismatched row per labelled example appended:
 // example i's prompt followed by the completion of the next example (cyclically, trl's
@@ -388,9 +407,6 @@ func (s *rewardModel) ComputeLoss(out Output, batch Batch, _ loss.Reducer) (*Nod
 	}
 	return res.Loss, res.Metrics, nil
 }
-
-// Loss is the runtime.LossFn of the role.
-func (s *rewardModel) Loss() runtime.LossFn { return lossFn(s) }
 
 // Produce is the forward-only reward of every row.
 func (s *rewardModel) Produce() runtime.OutputFn {

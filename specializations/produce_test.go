@@ -45,7 +45,11 @@ func TestReferenceProducesLogProbs(t *testing.T) {
 			}
 		}
 	}
-	sft, _ := newSFT(RoleConfig{Role: schema.Role{Name: "p", Trainable: true}, Knobs: defaultKnobs()})
+	s2, err := New(RoleConfig{Role: schema.Role{Name: "p", Specialization: "sft", Trainable: true}, Knobs: defaultKnobs()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sft := s2.(LM)
 	mbs, err := sft.PrepareBatch(data, opts)
 	if err != nil {
 		t.Fatal(err)
@@ -213,7 +217,25 @@ func TestNewUnknownAndContractOnly(t *testing.T) {
 // TestDPOMatchesHostReference: the dpo role's loss equals −mean log σ(β·h) computed in
 // float64 from the log-probs its model produces, with pairs given in either order.
 func TestDPOMatchesHostReference(t *testing.T) {
-	k := defaultKnobs()
+	for _, c := range []struct {
+		terms   schema.Terms
+		weights []float64
+	}{
+		{terms: schema.Terms{"sigmoid"}},
+		{terms: schema.Terms{"sigmoid", "sft"}},                               // RPO, α = 1
+		{terms: schema.Terms{"sigmoid", "sft"}, weights: []float64{0.8, 0.2}}, // a DPO+SFT mix
+	} {
+		k := defaultKnobs()
+		k.DPOLossType, k.DPOLossWeights = c.terms, c.weights
+		if got, want := dpoStepLoss(t, k), dpoHostLoss(t, k); math.Abs(got-want) > 1e-5*math.Abs(want) {
+			t.Errorf("dpo %v %v: loss %v, host reference %v", c.terms, c.weights, got, want)
+		}
+	}
+}
+
+// dpoRollout is the preference rollout of the dpo reference test with its produced
+// log-probs (policy and in-role reference equal the tiny model's).
+func dpoRollout(t *testing.T, k schema.Knobs) (*rollout.Rollout, Specialization, *runtime.Model) {
 	cfg := RoleConfig{Role: schema.Role{Name: "p", Specialization: "dpo", Trainable: true}, Knobs: k}
 	s, err := New(cfg)
 	if err != nil {
@@ -230,24 +252,13 @@ func TestDPOMatchesHostReference(t *testing.T) {
 	if err := p.Produce(data, BatchOptions{Pad: 256}, nil); err != nil {
 		t.Fatal(err)
 	}
-	seq := func(col [][]float32, b int) float64 {
-		var sum float64
-		for i, v := range col[b] {
-			sum += float64(v) * float64(data.Mask[b][i])
-		}
-		return sum
-	}
-	var want float64
-	for i := 0; i < data.Len(); i += 2 {
-		c, r := i, i+1
-		if ch[i] == 0 {
-			c, r = r, c
-		}
-		h := (seq(data.Tok[rollout.KeyLogProbs], c) - seq(data.Tok[rollout.KeyRefLogProbs], c)) -
-			(seq(data.Tok[rollout.KeyLogProbs], r) - seq(data.Tok[rollout.KeyRefLogProbs], r))
-		want += math.Log1p(math.Exp(-k.Beta * h)) // −log σ(βh)
-	}
-	want /= float64(data.Len() / 2)
+	return data, s, m
+}
+
+// dpoStepLoss is the loss of one trainer step over micro-batches of 3 pairs (so the pair and
+// chosen-token counts of the mini-batch are batch inputs).
+func dpoStepLoss(t *testing.T, k schema.Knobs) float64 {
+	data, s, m := dpoRollout(t, k)
 	mbs, err := s.PrepareBatch(data, BatchOptions{MicroBatchSize: 3, Pad: 256})
 	if err != nil {
 		t.Fatal(err)
@@ -261,9 +272,45 @@ func TestDPOMatchesHostReference(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if math.Abs(res.Loss-want) > 1e-5*math.Abs(want) {
-		t.Errorf("dpo loss %v, host reference %v", res.Loss, want)
+	return res.Loss
+}
+
+// dpoHostLoss is Σ_k w_k L_k in float64 from the produced log-probs: sigmoid = mean over
+// pairs of −log σ(βh), sft = −Σ chosen log-probs / chosen target tokens.
+func dpoHostLoss(t *testing.T, k schema.Knobs) float64 {
+	data, _, _ := dpoRollout(t, k)
+	ch := data.Row[rollout.KeyChosen]
+	seq := func(col [][]float32, b int) float64 {
+		var sum float64
+		for i, v := range col[b] {
+			sum += float64(v) * float64(data.Mask[b][i])
+		}
+		return sum
 	}
+	var sigmoid, nll, tokens float64
+	for i := 0; i < data.Len(); i += 2 {
+		c, r := i, i+1
+		if ch[i] == 0 {
+			c, r = r, c
+		}
+		h := (seq(data.Tok[rollout.KeyLogProbs], c) - seq(data.Tok[rollout.KeyRefLogProbs], c)) -
+			(seq(data.Tok[rollout.KeyLogProbs], r) - seq(data.Tok[rollout.KeyRefLogProbs], r))
+		sigmoid += math.Log1p(math.Exp(-k.Beta * h)) // −log σ(βh)
+		nll -= seq(data.Tok[rollout.KeyLogProbs], c)
+		for _, m := range data.Mask[c][1:] { // target positions: token 0 is never predicted
+			tokens += float64(m)
+		}
+	}
+	terms := map[string]float64{"sigmoid": sigmoid / float64(data.Len()/2), "sft": nll / tokens}
+	want := 0.0
+	for i, term := range k.DPOLossType {
+		w := 1.0
+		if len(k.DPOLossWeights) > 0 {
+			w = k.DPOLossWeights[i]
+		}
+		want += w * terms[term]
+	}
+	return want
 }
 
 // TestPPOMatchesHostReference: the actor's PPO loss (token-mean) equals the float64

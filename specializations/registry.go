@@ -31,8 +31,10 @@ import (
 	"stx.dev/stx/schema"
 )
 
-// DataKind is the shape of data a specialization trains on; the rollout
-// side provides its keys.
+// DataKind names the shape of data a specialization trains on. What a kind
+// means to a run (the keys its rollouts provide, how rows pair into examples,
+// how rollouts are built, which metric reports progress) is the engine's
+// descriptor of that name (engine/datakind.go): a new kind is one descriptor.
 type DataKind string
 
 // The data kinds of the built-in specializations.
@@ -45,27 +47,6 @@ const (
 	DataFlowRL     DataKind = "flow_rl"    // sampled SDE trajectories with rewards
 	DataImitation  DataKind = "imitation"  // student rollouts with teacher-executed ones mixed in
 )
-
-// Keys are the data keys the rollout side provides for a data kind.
-func (d DataKind) Keys() []string {
-	switch d {
-	case DataRL:
-		return []string{rollout.KeyTokens, rollout.KeyLossMask, rollout.KeyRewards, rollout.KeySamplerLogProbs}
-	case DataSFT:
-		return []string{rollout.KeyTokens, rollout.KeyLossMask}
-	case DataPreference:
-		return []string{rollout.KeyTokens, rollout.KeyLossMask, rollout.KeyChosen}
-	case DataKTO:
-		return []string{rollout.KeyTokens, rollout.KeyLossMask, rollout.KeyLabel}
-	case DataFlow:
-		return []string{rollout.KeySamples}
-	case DataFlowRL:
-		return []string{rollout.KeyTrajectories, rollout.KeyRewards, rollout.KeySamplerLogProbs}
-	case DataImitation:
-		return []string{rollout.KeyTokens, rollout.KeyLossMask, rollout.KeyRewards, rollout.KeySamplerLogProbs, rollout.KeyExecutedBy}
-	}
-	return nil
-}
 
 // RoleConfig is what a contract may depend on: the role and its recipe's knobs.
 type RoleConfig struct {
@@ -87,7 +68,9 @@ type Contract struct {
 	// batch and for syncs to other roles.
 	Produces func(RoleConfig) []string
 	// Estimator is true when the specialization computes advantages through
-	// the estimators registry (knobs.estimator / estimator_map).
+	// the estimators registry (knobs.estimator / estimator_map): the static
+	// statement `stx vet` reads of an implementation that is an
+	// AdvantageComputer (New refuses one that disagrees).
 	Estimator bool
 	// Teacher is true when its rollouts need a frozen teacher role, named by
 	// the role's init.teacher.
@@ -111,10 +94,10 @@ type Contract struct {
 	// tokens, each completed by the teacher and scored by the task: the rows
 	// of a state train together (AggreVaTe).
 	CandidateActions bool
-	// TISCap is true for a loss that knobs.tis_cap would correct (token-level
-	// policy gradients over the sampler's tokens). The correction needs the
-	// policy's pre-update log-probs, which stx does not compute yet, so a
-	// recipe that sets tis_cap with such a trainable role is refused.
+	// TISCap is true for a loss that knobs.tis_cap corrects (token-level
+	// policy gradients over the sampler's tokens): the role then also requires
+	// its own log-probs before the step (old_logp). A recipe that sets tis_cap
+	// with no such trainable role is refused.
 	TISCap bool
 	// New builds the specialization for a role; nil for a contract registered
 	// only so that `stx vet` can check recipes that use it.

@@ -5,7 +5,6 @@ import (
 	"github.com/gomlx/gomlx/pkg/core/tensors"
 
 	"stx.dev/stx/rollout"
-	"stx.dev/stx/runtime"
 	"stx.dev/stx/specializations/loss"
 )
 
@@ -45,6 +44,3 @@ func (s *sft) ComputeLoss(out Output, batch Batch, r loss.Reducer) (*Node, map[s
 	}
 	return res.Loss, res.Metrics, nil
 }
-
-// Loss is the runtime.LossFn of the role.
-func (s *sft) Loss() runtime.LossFn { return lossFn(s) }

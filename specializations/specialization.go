@@ -77,7 +77,7 @@ type LM = ModelSpecialization[*runtime.Model]
 type Flow = ModelSpecialization[*runtime.VelocityModel]
 
 // AdvantageComputer is implemented by specializations that compute advantages through the
-// estimators registry (Contract.Estimator). ComputeAdvantages sets
+// estimators registry: exactly those whose Contract.Estimator is set (New checks it). ComputeAdvantages sets
 // data.Tok[rollout.KeyAdvantages] (and returns, for GAE) over the whole rollout; run it
 // before cutting mini-batches so that group statistics see every row. It returns the
 // estimator's warnings.
@@ -98,13 +98,53 @@ func New(cfg RoleConfig) (Specialization, error) {
 	if err != nil {
 		return nil, fmt.Errorf("role %q, specialization %q: %w", cfg.Role.Name, c.Name, err)
 	}
+	// The flag is what vet reads before anything is built, the interface what the engine
+	// calls: they must agree.
+	if _, ok := s.(AdvantageComputer); ok != c.Estimator {
+		return nil, fmt.Errorf("role %q: specialization %q: Contract.Estimator is %v but its implementation is%s an AdvantageComputer",
+			cfg.Role.Name, c.Name, c.Estimator, map[bool]string{true: "", false: " not"}[ok])
+	}
+	if b, ok := s.(binder); ok {
+		b.bind(s)
+	}
 	return s, nil
 }
+
+// lossParts are the three steps of a specialization that its loss composes.
+type lossParts[M runtime.Weights] interface {
+	Contract() Contract
+	ExtractModelOutput(ctx *context.Context, m M, batch Batch) (Output, error)
+	Reducer(batch Batch) loss.Reducer
+	ComputeLoss(out Output, batch Batch, r loss.Reducer) (*Node, map[string]*Node, error)
+}
+
+// selfLoss gives every specialization its Loss once, in the base it embeds (lmBase,
+// flowBase): the base's methods cannot reach the embedding type's ExtractModelOutput and
+// ComputeLoss, so New binds the built specialization to it.
+type selfLoss[M runtime.Weights] struct{ self lossParts[M] }
+
+// bind records the specialization whose steps Loss composes.
+func (b *selfLoss[M]) bind(s Specialization) {
+	if p, ok := s.(lossParts[M]); ok {
+		b.self = p
+	}
+}
+
+// Loss is the runtime.LossOf of the specialization that New built.
+func (b selfLoss[M]) Loss() runtime.LossOf[M] {
+	if b.self == nil {
+		panic("specializations: Loss of a specialization not built by New")
+	}
+	return lossFn(b.self)
+}
+
+// binder is a specialization with a selfLoss to bind (every one of this package).
+type binder interface{ bind(Specialization) }
 
 // lossFn adapts a specialization's three steps to runtime.LossOf. GoMLX reports
 // graph-building errors by panicking, and runtime.LossOf has no error result, so errors
 // become panics that the executor turns back into errors.
-func lossFn[M runtime.Weights](s ModelSpecialization[M]) runtime.LossOf[M] {
+func lossFn[M runtime.Weights](s lossParts[M]) runtime.LossOf[M] {
 	return func(ctx *context.Context, m M, batch map[string]*Node) (*Node, map[string]*Node) {
 		out, err := s.ExtractModelOutput(ctx, m, batch)
 		if err != nil {

@@ -47,8 +47,12 @@ func specCases() []specCase {
 		{name: "critic", knobs: nil},
 		{name: "dpo", knobs: nil},
 		{name: "dpo", knobs: func(k *schema.Knobs) { k.LabelSmoothing = 0.1 }},
-		{name: "dpo", knobs: func(k *schema.Knobs) { k.DPOLossType = "hinge" }},
-		{name: "dpo", knobs: func(k *schema.Knobs) { k.DPOLossType = "ipo" }},
+		{name: "dpo", knobs: func(k *schema.Knobs) { k.DPOLossType = schema.Terms{"hinge"} }},
+		{name: "dpo", knobs: func(k *schema.Knobs) { k.DPOLossType = schema.Terms{"ipo"} }},
+		{name: "dpo", knobs: func(k *schema.Knobs) { k.DPOLossType = schema.Terms{"sigmoid", "sft"} }},
+		{name: "dpo", knobs: func(k *schema.Knobs) {
+			k.DPOLossType, k.DPOLossWeights = schema.Terms{"sigmoid", "sft"}, []float64{0.8, 0.2}
+		}},
 		{name: "simpo", knobs: nil},
 		{name: "orpo", knobs: nil},
 		{name: "kto", knobs: nil},

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"runtime/pprof"
+	"strings"
 	"text/tabwriter"
 
 	"github.com/urfave/cli/v2"
@@ -50,6 +51,9 @@ Example:
 			&cli.StringFlag{Name: "only", Usage: "run only the measurements in `LIST` (comma-separated: forward_logprobs, grpo_train_step, sft_train_step, kv_cache_sampling)"},
 			&cli.BoolFlag{Name: "activation-checkpointing", Usage: "recompute each layer's activations in the train steps' backward pass (model.activation_checkpointing)"},
 			&cli.StringFlag{Name: "dtype", Value: "float32", Usage: "compute `DTYPE` of the model's matrix products (model.dtype): float32, or bfloat16 (bf16 products with f32 accumulation, f32 weights and AdamW)"},
+			&cli.IntFlag{Name: "lora", Usage: "train LoRA adapters of rank `R` on the frozen model instead of all its weights (0: full fine-tuning)"},
+			&cli.Float64Flag{Name: "lora-alpha", Usage: "LoRA `ALPHA` (default 2×rank)"},
+			&cli.StringFlag{Name: "lora-targets", Value: "all-linear", Usage: "comma-separated `MODULES` that get adapters (q_proj, ..., down_proj, or all-linear)"},
 			&cli.StringFlag{Name: "cpuprofile", Usage: "write a Go CPU profile of the whole benchmark (compilation and warm-up runs included; narrow it with --only) to `FILE` (read it with go tool pprof)"},
 		},
 		Action: func(c *cli.Context) error {
@@ -98,6 +102,16 @@ Example:
 			}
 			opt := runtime.BenchOptions{Runs: c.Int("runs"), Batch: c.Int("batch"), SeqLen: c.Int("seq-len"),
 				PromptLen: c.Int("prompt-len"), NewTokens: c.Int("new-tokens"), Seed: c.Uint64("seed"), Only: c.String("only")}
+			if r := c.Int("lora"); r != 0 {
+				lc := runtime.LoRAConfig{Rank: r, Alpha: c.Float64("lora-alpha"), Targets: strings.Split(c.String("lora-targets"), ",")}
+				if lc.Alpha == 0 {
+					lc.Alpha = 2 * float64(r)
+				}
+				if err := lc.Validate(); err != nil {
+					return usagef("--lora: %v", err)
+				}
+				opt.LoRA = &lc
+			}
 			ms, err := runtime.Bench(be, m, opt)
 			if err != nil {
 				return err

@@ -76,10 +76,12 @@ Recipes are CUE data: stx checks them before any tensor is allocated.
 			scoreCommand(),
 			benchCommand(),
 			initModelCommand(),
+			mergeCommand(),
 			plotCommand(),
 			runCommand(),
 			envCommand(),
 			pullCommand(),
+			serveCommand(),
 		},
 	}
 }

@@ -179,6 +179,10 @@ func perturb(t *testing.T, f reflect.Value) {
 		p := reflect.New(f.Type().Elem())
 		perturb(t, p.Elem())
 		f.Set(p)
+	case reflect.Slice: // a list knob (dpo_loss_type's terms, dpo_loss_weights) gains an element
+		e := reflect.New(f.Type().Elem()).Elem()
+		perturb(t, e)
+		f.Set(reflect.Append(f, e))
 	case reflect.Map:
 		m := reflect.MakeMap(f.Type())
 		m.SetMapIndex(reflect.ValueOf("policy"), reflect.ValueOf("rloo"))

@@ -70,8 +70,12 @@ func (b *Backend) Builder(name string) backends.Builder {
 	return newBuilder(b, name)
 }
 
-// Finalize marks the backend finalized; buffers are left to the garbage collector.
-func (b *Backend) Finalize() { b.finalized.Store(true) }
+// Finalize marks the backend finalized and returns the pooled storage; buffers still held are
+// reclaimed when the garbage collector finds them unreachable.
+func (b *Backend) Finalize() {
+	b.finalized.Store(true)
+	b.pool.drain()
+}
 
 // IsFinalized reports whether Finalize was called.
 func (b *Backend) IsFinalized() bool { return b.finalized.Load() }

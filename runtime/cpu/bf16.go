@@ -70,6 +70,9 @@ func upcastBF16(fn execFn) execFn {
 		if n32.shape.DType == dtypes.BFloat16 {
 			n32.shape.DType = dtypes.Float32
 		}
+		// The float32 result is scratch where the node is bfloat16, even if its output escapes.
+		inner := *r
+		inner.escapes = inner.escapes && n.shape.DType != dtypes.BFloat16
 		in32 := make([]*Buffer, len(in))
 		owned32 := make([]bool, len(in))
 		widened := make([]bool, len(in))
@@ -83,9 +86,10 @@ func upcastBF16(fn execFn) execFn {
 			shape.DType = dtypes.Float32
 			w := r.pool.newBuffer(shape)
 			widenBF16(r, w.flat.([]float32), x)
-			in32[i], owned32[i], widened[i] = w, true, true
+			// An escaping float32 result must not be written into a mapped copy.
+			in32[i], owned32[i], widened[i] = w, !(inner.escapes && w.mem != nil), true
 		}
-		out, err := fn(r, &n32, in32, owned32)
+		out, err := fn(&inner, &n32, in32, owned32)
 		for i, b := range in32 {
 			if widened[i] && b != out {
 				r.pool.put(dtypes.Float32, b.flat)
@@ -94,7 +98,7 @@ func upcastBF16(fn execFn) execFn {
 		if err != nil || n.shape.DType != dtypes.BFloat16 {
 			return out, err
 		}
-		res := r.pool.newBuffer(n.shape)
+		res := r.newBuffer(n.shape)
 		narrowBF16(r, res.flat.([]bf16), out.flat.([]float32))
 		// out is this step's own: a widened input it wrote in place, or a fresh buffer (an owned
 		// float32 input cannot have a bfloat16 node's size and dtype).
@@ -332,7 +336,7 @@ func fuseBF16Dots(nodes []*node, needed []bool, outputs []*node) []*node {
 // ones rounded, the float32 product, rounded into a bfloat16 result or in place into a float32
 // one.
 func execBF16Dot(r *execution, n *node, d *bf16Dot, in []*Buffer) *Buffer {
-	out := r.pool.newBuffer(n.shape)
+	out := r.newBuffer(n.shape)
 	var acc []float32
 	if o, ok := out.flat.([]float32); ok {
 		acc = o

@@ -214,7 +214,7 @@ func execChain(r *execution, n *node, in []*Buffer, owned []bool) (*Buffer, erro
 		}
 	}
 	if out == nil {
-		out = r.pool.newBuffer(n.shape)
+		out = r.newBuffer(n.shape)
 	}
 	o := out.flat.([]float32)
 	scratch := make([][]float32, plan.scratch)

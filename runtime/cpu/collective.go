@@ -126,7 +126,7 @@ func execAllReduce(r *execution, n *node, in []*Buffer, owned []bool) (*Buffer, 
 		if owned[0] {
 			return in[0], nil
 		}
-		out := r.pool.newBuffer(n.shape)
+		out := r.newBuffer(n.shape)
 		copyFlat(out.flat, in[0].flat)
 		return out, nil
 	}
@@ -142,7 +142,7 @@ func execAllReduce(r *execution, n *node, in []*Buffer, owned []bool) (*Buffer, 
 	last := rv.arrived == c.n
 	c.mu.Unlock()
 	if last {
-		rv.outputs, rv.err = reduceGroups(r.pool, n, rv.inputs)
+		rv.outputs, rv.err = reduceGroups(r, n, rv.inputs)
 		close(rv.done)
 	} else {
 		select {
@@ -158,11 +158,13 @@ func execAllReduce(r *execution, n *node, in []*Buffer, owned []bool) (*Buffer, 
 }
 
 // reduceGroups computes every replica's output of an AllReduce from all replicas' inputs.
-func reduceGroups(pool *bufferPool, n *node, inputs []*Buffer) ([]*Buffer, error) {
+// r is the execution of the replica that arrived last: the replicas run the same program, so
+// its step's outputs escape (execution.newBuffer) exactly when the others' do.
+func reduceGroups(r *execution, n *node, inputs []*Buffer) ([]*Buffer, error) {
 	p := n.data.(*allReduceParams)
 	outs := make([]*Buffer, len(inputs))
 	for _, g := range p.groups {
-		res := pool.newBuffer(n.shape)
+		res := r.newBuffer(n.shape)
 		copyFlat(res.flat, inputs[g[0]].flat)
 		for _, m := range g[1:] {
 			if err := reduceInto(p.op, res.flat, inputs[m].flat); err != nil {
@@ -171,14 +173,14 @@ func reduceGroups(pool *bufferPool, n *node, inputs []*Buffer) ([]*Buffer, error
 		}
 		outs[g[0]] = res
 		for _, m := range g[1:] {
-			c := pool.newBuffer(n.shape)
+			c := r.newBuffer(n.shape)
 			copyFlat(c.flat, res.flat)
 			outs[m] = c
 		}
 	}
 	for i, o := range outs {
 		if o == nil { // in no group: its own operand
-			c := pool.newBuffer(n.shape)
+			c := r.newBuffer(n.shape)
 			copyFlat(c.flat, inputs[i].flat)
 			outs[i] = c
 		}

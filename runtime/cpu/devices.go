@@ -63,7 +63,7 @@ func (b *Backend) copyToDevice(source backends.Buffer, d backends.DeviceNum) (ba
 	if err := b.checkDevice(d); err != nil {
 		return nil, fmt.Errorf("BufferCopyToDevice: %w", err)
 	}
-	dst := b.pool.newBuffer(src.shape)
+	dst := b.pool.newHeapBuffer(src.shape)
 	dst.device = d
 	copyFlat(dst.flat, src.flat)
 	return dst, nil

@@ -19,9 +19,13 @@
 // (chain.go). Broadcasting binary ops run in C over whole chunks of rows (vec.c's
 // stx_vec_binary_nest). A liveness analysis then decides,
 // for every intermediate buffer, the node after which it is dead: dead buffers go back to a
-// pool keyed by (dtype, length) shared by all executions, and elementwise ops write in place
-// into an input that dies at them. Each execution has its own buffers, so one Executable may
-// run concurrently from several goroutines.
+// pool shared by all executions, and elementwise ops write in place into an input that dies
+// at them. Large intermediates live outside the Go heap, in memory mappings the pool reuses by
+// size and unmaps itself, keeping what it maps within the most ever in use at once; what the
+// caller receives (outputs, uploads) are Go slices (hostmem.go). So a train step's resident
+// memory is its live set, not the twice-the-live-heap the garbage collector would let grow.
+// Each execution has its own buffers, so one Executable may run concurrently from several
+// goroutines.
 //
 // Ops the backend leaves out fail at graph-building time with "not implemented by the cpu
 // backend: <OpName>".

@@ -222,7 +222,7 @@ func execDotGeneral(r *execution, n *node, in []*Buffer, _ []bool) (*Buffer, err
 		return execBF16Dot(r, n, d, in), nil
 	}
 	p := n.data.(*dotPlan)
-	out := r.pool.newBuffer(n.shape)
+	out := r.newBuffer(n.shape)
 	switch o := out.flat.(type) {
 	case []float32:
 		dotFloat32(r, p, in[0].flat.([]float32), in[1].flat.([]float32), o)

@@ -203,7 +203,7 @@ func execTranspose(r *execution, n *node, in []*Buffer, _ []bool) (*Buffer, erro
 	if err != nil {
 		return nil, err
 	}
-	out := r.pool.newBuffer(n.shape)
+	out := r.newBuffer(n.shape)
 	k.transpose(out, in[0], n.data.([]int))
 	return out, nil
 }
@@ -213,7 +213,7 @@ func execBroadcastInDim(r *execution, n *node, in []*Buffer, _ []bool) (*Buffer,
 	if err != nil {
 		return nil, err
 	}
-	out := r.pool.newBuffer(n.shape)
+	out := r.newBuffer(n.shape)
 	if zeroScalar(in[0].flat) {
 		// Zeros to scatter into (the gradients of gathers): clear only writes, where the
 		// broadcast's fill also reads what it copies.
@@ -272,7 +272,7 @@ func execSlice(r *execution, n *node, in []*Buffer, _ []bool) (*Buffer, error) {
 	if err != nil {
 		return nil, err
 	}
-	out := r.pool.newBuffer(n.shape)
+	out := r.newBuffer(n.shape)
 	k.slice(out, in[0], n.data.(sliceParams))
 	return out, nil
 }
@@ -282,7 +282,7 @@ func execConcatenate(r *execution, n *node, in []*Buffer, _ []bool) (*Buffer, er
 	if err != nil {
 		return nil, err
 	}
-	out := r.pool.newBuffer(n.shape)
+	out := r.newBuffer(n.shape)
 	k.concat(out, in, n.data.(int))
 	return out, nil
 }
@@ -292,7 +292,7 @@ func execGather(r *execution, n *node, in []*Buffer, _ []bool) (*Buffer, error) 
 	if err != nil {
 		return nil, err
 	}
-	out := r.pool.newBuffer(n.shape)
+	out := r.newBuffer(n.shape)
 	if err := k.gather(out, in[0], in[1], n.data.(gatherParams)); err != nil {
 		return nil, err
 	}
@@ -310,7 +310,7 @@ func execScatter(r *execution, n *node, in []*Buffer, owned []bool) (*Buffer, er
 	}
 	out := in[0]
 	if !owned[0] {
-		out = r.pool.newBuffer(n.shape)
+		out = r.newBuffer(n.shape)
 		copyFlat(out.flat, in[0].flat)
 	}
 	if err := k.scatter(n.op, out, in[1], in[2], n.data.(scatterParams)); err != nil {
@@ -324,7 +324,7 @@ func execReduce(r *execution, n *node, in []*Buffer, _ []bool) (*Buffer, error) 
 	if err != nil || k.reduce == nil {
 		return nil, fmt.Errorf("%s: dtype %s not supported", n.op, n.shape.DType)
 	}
-	out := r.pool.newBuffer(n.shape)
+	out := r.newBuffer(n.shape)
 	p := n.data.(reduceParams)
 	if vecMaxRows(out, in[0], p) {
 		return out, nil
@@ -367,7 +367,7 @@ func execArgMinMax(r *execution, n *node, in []*Buffer, _ []bool) (*Buffer, erro
 	if err != nil || k.argMM == nil {
 		return nil, fmt.Errorf("ArgMinMax: dtype %s not supported", in[0].shape.DType)
 	}
-	out := r.pool.newBuffer(n.shape)
+	out := r.newBuffer(n.shape)
 	if err := k.argMM(out, in[0], n.data.(argMinMaxParams)); err != nil {
 		return nil, err
 	}
@@ -379,7 +379,7 @@ func execIota(r *execution, n *node, _ []*Buffer, _ []bool) (*Buffer, error) {
 	if err != nil || k.iota == nil {
 		return nil, fmt.Errorf("Iota: dtype %s not supported", n.shape.DType)
 	}
-	out := r.pool.newBuffer(n.shape)
+	out := r.newBuffer(n.shape)
 	k.iota(out, n.data.(int))
 	return out, nil
 }
@@ -389,7 +389,7 @@ func execPad(r *execution, n *node, in []*Buffer, _ []bool) (*Buffer, error) {
 	if err != nil {
 		return nil, err
 	}
-	out := r.pool.newBuffer(n.shape)
+	out := r.newBuffer(n.shape)
 	k.pad(out, in[0], in[1], n.data.([]kernels.PadAxis))
 	return out, nil
 }
@@ -399,7 +399,7 @@ func execReverse(r *execution, n *node, in []*Buffer, _ []bool) (*Buffer, error)
 	if err != nil {
 		return nil, err
 	}
-	out := r.pool.newBuffer(n.shape)
+	out := r.newBuffer(n.shape)
 	k.reverse(out, in[0], n.data.([]int))
 	return out, nil
 }

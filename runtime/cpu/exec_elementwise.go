@@ -24,7 +24,7 @@ func outputFor(r *execution, n *node, in []*Buffer, owned []bool) *Buffer {
 			return b
 		}
 	}
-	return r.pool.newBuffer(n.shape)
+	return r.newBuffer(n.shape)
 }
 
 // execUnary runs the same-dtype unary ops.
@@ -152,7 +152,7 @@ func unaryInt[T ~int32 | ~int64 | ~uint8](op backends.OpType, out, x []T) error 
 
 // execFloatPredicate runs IsFinite and IsNaN.
 func execFloatPredicate(r *execution, n *node, in []*Buffer, _ []bool) (*Buffer, error) {
-	out := r.pool.newBuffer(n.shape)
+	out := r.newBuffer(n.shape)
 	o := out.flat.([]bool)
 	isNaN := n.op == backends.OpTypeIsNaN
 	switch x := in[0].flat.(type) {
@@ -439,7 +439,7 @@ func intPow[T number](x, y T) T {
 
 // execCompare runs the comparisons (bool output).
 func execCompare(r *execution, n *node, in []*Buffer, _ []bool) (*Buffer, error) {
-	out := r.pool.newBuffer(n.shape)
+	out := r.newBuffer(n.shape)
 	o := out.flat.([]bool)
 	p := n.data.(*bcastPlan)
 	switch a := in[0].flat.(type) {
@@ -561,7 +561,7 @@ func where[T any](out []T, cond []bool, t, f []T) {
 // execConvert converts between any two supported dtypes: to bool is x != 0, from bool 0 or 1,
 // float to integer truncates (Go's conversion, as SimpleGo).
 func execConvert(r *execution, n *node, in []*Buffer, _ []bool) (*Buffer, error) {
-	out := r.pool.newBuffer(n.shape)
+	out := r.newBuffer(n.shape)
 	if n.shape.DType == dtypes.BFloat16 || in[0].shape.DType == dtypes.BFloat16 {
 		if err := convertBF16(r, out, in[0]); err != nil {
 			return nil, err

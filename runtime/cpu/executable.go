@@ -22,6 +22,9 @@ type step struct {
 	release []int
 	// paired: this step and the next run at the same time (pair.go).
 	paired bool
+	// escapes: the step's output storage is returned to the caller (an output's root), so it
+	// must be a Go slice (execution.newBuffer).
+	escapes bool
 }
 
 // Executable is a compiled graph: a topologically ordered program with, for every
@@ -137,6 +140,9 @@ func (b *Builder) Compile(outputs []backends.Op, shardings []*backends.ShardingS
 	for _, o := range outNodes {
 		e.pinned[e.root[o.idx]] = true
 	}
+	for si := range e.steps {
+		e.steps[si].escapes = e.pinned[e.steps[si].n.idx]
+	}
 	for r, last := range e.lastUse {
 		if last >= 0 && !e.pinned[r] {
 			e.steps[last].release = append(e.steps[last].release, r)
@@ -191,6 +197,18 @@ type execution struct {
 	replica replica // this program's place among SPMD replicas (collective.go)
 	// oneThread: the step runs beside another (pair.go), so its products keep to one thread.
 	oneThread bool
+	// escapes: the running step's output is returned to the caller (step.escapes).
+	escapes bool
+}
+
+// newBuffer returns an uninitialised buffer for the running step's output: a Go slice if the
+// caller will receive it, which may keep its slice as long as it likes; otherwise pooled
+// storage that the execution releases at its last use, a mapping if it is large (hostmem.go).
+func (r *execution) newBuffer(shape shapes.Shape) *Buffer {
+	if r.escapes {
+		return r.pool.newHeapBuffer(shape)
+	}
+	return r.pool.newBuffer(shape)
 }
 
 // execute runs the program once, as replica rep, on inputs; donated inputs become invalid and
@@ -240,8 +258,7 @@ func (e *Executable) execute(inputs []backends.Buffer, donate []bool, rep replic
 	release := func(s *step) {
 		for _, root := range s.release {
 			if !taken[root] && reusable(root) {
-				r.pool.put(vals[root].shape.DType, vals[root].flat)
-				vals[root].flat = nil
+				r.pool.putBuffer(vals[root])
 				taken[root] = true
 			}
 		}
@@ -270,12 +287,16 @@ func (e *Executable) execute(inputs []backends.Buffer, donate []bool, rep replic
 		for _, idx := range s.inputs {
 			inBufs = append(inBufs, vals[idx])
 			root := e.root[idx]
-			owned = append(owned, e.lastUse[root] == si && reusable(root) && !taken[root])
+			own := e.lastUse[root] == si && reusable(root) && !taken[root]
+			// Storage the caller receives must be a Go slice: not a mapping written in place.
+			own = own && !(s.escapes && vals[idx].mem != nil)
+			owned = append(owned, own)
 		}
+		r.escapes = s.escapes
 		switch n.op {
 		case backends.OpTypeReshape, backends.OpTypeIdentity:
 			// An alias of the operand's storage, with the node's shape.
-			vals[n.idx] = &Buffer{shape: n.shape, flat: inBufs[0].flat, valid: true}
+			vals[n.idx] = &Buffer{shape: n.shape, flat: inBufs[0].flat, mem: inBufs[0].mem, valid: true}
 		default:
 			out, err := s.fn(r, n, inBufs, owned)
 			if err != nil {
@@ -303,19 +324,28 @@ func (e *Executable) execute(inputs []backends.Buffer, donate []bool, rep replic
 			own = true
 		}
 		returned[root] = true
-		if own {
+		// Steps whose output escapes allocate Go slices (execution.newBuffer); a mapping here
+		// would be a kernel's bug, and the caller may keep the slice past the buffer: copy it
+		// (the mapping is reclaimed with its last buffer).
+		if own && buf.mem == nil {
 			outs[i] = &Buffer{shape: o.shape, flat: buf.flat, valid: true}
 			continue
 		}
-		c := r.pool.newBuffer(o.shape)
+		c := r.pool.newHeapBuffer(o.shape)
 		copyFlat(c.flat, buf.flat)
 		outs[i] = c
 	}
-	// Donated inputs are invalid from now on.
+	// Donated inputs are invalid from now on. The storage of those the program neither read to
+	// the end nor returned goes back to the pool now rather than to the collector.
 	for i, in := range inputs {
-		if donated[i] {
-			in.(*Buffer).valid = false
+		if !donated[i] {
+			continue
 		}
+		b := in.(*Buffer)
+		if root := e.params[i].idx; b.flat != nil && !taken[root] && !returned[root] && e.lastUse[root] < 0 {
+			r.pool.putBuffer(b)
+		}
+		b.valid, b.flat, b.mem = false, nil, nil
 	}
 	return outs, nil
 }

@@ -134,6 +134,7 @@ func (e *Executable) runPair(r *execution, vals []*Buffer, si int) (outs [2]*Buf
 		s := &e.steps[si+k]
 		sole := *r
 		sole.oneThread = true
+		sole.escapes = s.escapes
 		outs[k], errs[k] = s.fn(&sole, s.n, inBufs, make([]bool, len(inBufs)))
 	}
 	inputs := func(s *step) []*Buffer {

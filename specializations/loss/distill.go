@@ -145,15 +145,8 @@ func GeneralizedJSDTokens(studentLogits, teacherLogits *Node, cfg GKDConfig) (*N
 		return nil, err
 	}
 	logS := LogSoftmax(MulScalar(studentLogits, 1/cfg.Temperature), -1)
-	logT := StopGradient(LogSoftmax(MulScalar(toDType(teacherLogits, studentLogits), 1/cfg.Temperature), -1))
-	switch cfg.Beta {
-	case 0:
-		return klCategorical(logT, logS), nil
-	case 1:
-		return klCategorical(logS, logT), nil
-	}
-	logM := LogAddExp(AddScalar(logT, math.Log(cfg.Beta)), AddScalar(logS, math.Log1p(-cfg.Beta)))
-	return Add(MulScalar(klCategorical(logT, logM), cfg.Beta), MulScalar(klCategorical(logS, logM), 1-cfg.Beta)), nil
+	logT := LogSoftmax(MulScalar(toDType(teacherLogits, studentLogits), 1/cfg.Temperature), -1)
+	return GeneralizedJSDLogProbs(logS, logT, cfg.Beta), nil
 }
 
 // ReduceGeneralizedJSD is GeneralizedJSD's loss from the per-token divergences d [B,T]

@@ -351,3 +351,29 @@ func PolicyGradient(b PolicyBatch, r Reducer) (Result, error) {
 	}
 	return p.finish("pg", Neg(Mul(p.adv, p.lp)), r)
 }
+
+// TISWeights is the truncated importance-sampling weight of the rollout correction
+// (ALGORITHMS.md C.7; verl's and slime's TIS): w[b,t] = sg(min(exp(old_logp − sampler_logp),
+// tisCap)), which corrects tokens drawn by the sampler (another engine, or weights some
+// versions old) towards the trained policy before the step. The log-ratio is clamped at
+// ±20 before the exp; masked positions get 0. Metrics: tis_weight_mean (token mean of w),
+// tis_clipfrac (the share of tokens whose weight the cap truncated) and tis_rollout_kl (token
+// mean of sampler_logp − old_logp, the k1 estimate of KL(sampler ‖ policy)).
+func TISWeights(old, sampler, mask *Node, tisCap float64, r Reducer) (*Node, map[string]*Node, error) {
+	if !(tisCap > 0) {
+		return nil, nil, fmt.Errorf("tis: tis_cap must be > 0, got %g", tisCap)
+	}
+	if err := checkTokens("tis", []string{"old_logp", "sampler_logp", "mask"}, old, sampler, mask); err != nil {
+		return nil, nil, err
+	}
+	old = StopGradient(keep(old, mask))
+	sampler = StopGradient(keep(toDType(sampler, old), mask))
+	rho := ratio(old, sampler, 20)
+	w := keep(MinScalar(rho, tisCap), mask)
+	m := map[string]*Node{
+		"tis_weight_mean": r.tokenMean(w, mask),
+		"tis_clipfrac":    r.tokenMean(indicator(GreaterThan(rho, scalar(rho, tisCap)), rho), mask),
+		"tis_rollout_kl":  r.tokenMean(Sub(sampler, old), mask),
+	}
+	return StopGradient(w), m, nil
+}

@@ -26,6 +26,9 @@ type PairBatch struct {
 	// Count optionally gives the number of pairs of the whole mini-batch (a scalar):
 	// the loss is Σ per-pair loss / Count, so micro-batches add up. nil = this batch's size.
 	Count *Node
+	// ChosenTokens optionally gives the chosen completion tokens of the whole mini-batch
+	// (a scalar), the denominator of the sft term's token mean. nil = Σ ChosenLengths.
+	ChosenTokens *Node
 }
 
 // pairMean is Σ x / count (0 for an empty batch).

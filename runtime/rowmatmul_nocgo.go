@@ -1,0 +1,37 @@
+//go:build !cgo || noopenblas
+
+package runtime
+
+import "math"
+
+// rowMatMulSpan sets out[r·ldo+j] = x_r·w_j for r < rows and j0 ≤ j < j1 (see rowMatMul),
+// in Go: builds without cgo have no C kernels (generic changes nothing).
+func rowMatMulSpan(out []float32, ldo int, w, x []float32, rows, k, j0, j1 int, _ bool) {
+	if rows == 0 || j0 >= j1 {
+		return
+	}
+	checkRowMatMul(out, ldo, len(w), x, rows, k, j1)
+	for j := j0; j < j1; j++ {
+		wj := w[j*k : (j+1)*k]
+		for r := range rows {
+			out[r*ldo+j] = rowDotGo(x[r*k:(r+1)*k], wj)
+		}
+	}
+}
+
+// rowMatMulSpanBF16 is rowMatMulSpan with w holding bfloat16 values, widened a row at a time.
+func rowMatMulSpanBF16(out []float32, ldo int, w []uint16, x []float32, rows, k, j0, j1 int, _ bool) {
+	if rows == 0 || j0 >= j1 {
+		return
+	}
+	checkRowMatMul(out, ldo, len(w), x, rows, k, j1)
+	wj := make([]float32, k)
+	for j := j0; j < j1; j++ {
+		for i, b := range w[j*k : (j+1)*k] {
+			wj[i] = math.Float32frombits(uint32(b) << 16)
+		}
+		for r := range rows {
+			out[r*ldo+j] = rowDotGo(x[r*k:(r+1)*k], wj)
+		}
+	}
+}
