@@ -237,99 +237,20 @@ func (s *Sampler) check(prompts [][]int32, opt SampleOptions) (int, error) {
 
 // generateGraph is Generate with a compiled graph per prefill and decode step (s.mu held).
 func (s *Sampler) generateGraph(prompts [][]int32, opt SampleOptions, maxPrompt int) ([]Sample, error) {
-	c := s.m.Config
-	rows := len(prompts)
-	p := BucketLength(maxPrompt)
-	capacity := BucketLength(p + opt.MaxNewTokens)
-	kvh, hd, layers := c.KVHeads, c.HeadDim(), c.Layers
-	pad := int32(max(c.PAD, 0))
-	padCount := make([]int, rows)
-	tokens := make([]int32, rows*p)
-	positions := make([]int32, rows*p)
-	for r, pr := range prompts {
-		padCount[r] = p - len(pr)
-		for t := range p {
-			tokens[r*p+t] = pad
-			if t >= padCount[r] {
-				tokens[r*p+t] = pr[t-padCount[r]]
-				positions[r*p+t] = int32(t - padCount[r])
-			}
-		}
-	}
-	// Host cache per layer: keys [B,kvh,capacity,hd], values transposed [B,kvh,hd,capacity].
-	kCache, vCache := s.caches(layers, rows*kvh*capacity*hd, true)
-	if 2*layers*rows*kvh*capacity*hd*4 > s.keptCacheBytes {
+	g := s.newGraphDecode(prompts, opt, maxPrompt)
+	if 2*g.layers*g.rows*g.kvh*g.capacity*g.hd*4 > s.keptCacheBytes {
 		defer func() { s.kCache, s.vCache = nil, nil }()
 	}
-	logits := make([]float32, rows*c.VocabSize)
-	var out []*tensors.Tensor
-	// writeCache copies n new positions, starting at slot at, from the graph's outputs.
-	writeCache := func(at, n int) error {
-		for l := range layers {
-			err := tensors.ConstFlatData(out[1+l], func(src []float32) {
-				for blk := range rows * kvh {
-					copy(kCache[l][(blk*capacity+at)*hd:(blk*capacity+at+n)*hd], src[blk*n*hd:(blk+1)*n*hd])
-				}
-			})
-			if err != nil {
-				return err
-			}
-			err = tensors.ConstFlatData(out[1+layers+l], func(src []float32) {
-				for row := range rows * kvh * hd { // one (batch, head, dim) row of n positions
-					copy(vCache[l][row*capacity+at:row*capacity+at+n], src[row*n:(row+1)*n])
-				}
-			})
-			if err != nil {
-				return err
-			}
-		}
-		return nil
+	if err := g.prefill(prompts); err != nil {
+		return nil, err
 	}
-
-	// Prefill: the prompt attends to itself causally, pads masked; a one-slot dummy past
-	// is fully masked (a zero-length axis is avoided).
-	bias := make([]float32, rows*p*p)
-	dummyBias := make([]float32, rows*p)
-	for r := range rows {
-		for t := range p {
-			dummyBias[r*p+t] = maskValue
-			row := bias[(r*p+t)*p:]
-			for k := range p {
-				if k > t || k < padCount[r] {
-					row[k] = maskValue
-				}
-			}
-		}
-	}
-	args := []any{tensors.FromFlatDataAndDimensions(tokens, rows, p), tensors.FromFlatDataAndDimensions(positions, rows, p),
-		tensors.FromFlatDataAndDimensions(bias, rows, p, p), tensors.FromFlatDataAndDimensions(dummyBias, rows, p, 1)}
-	for range layers {
-		args = append(args, tensors.FromShape(shapes.Make(dtypes.Float32, rows, kvh, 1, hd)))
-	}
-	for range layers {
-		args = append(args, tensors.FromShape(shapes.Make(dtypes.Float32, rows, kvh, hd, 1)))
-	}
-	var err error
-	if out, err = s.exec.Exec(args...); err != nil {
-		return nil, fmt.Errorf("sample: prefill: %w", err)
-	}
-	if err := writeCache(0, p); err != nil {
-		return nil, fmt.Errorf("sample: %w", err)
-	}
-	if err := tensors.ConstFlatData(out[0], func(src []float32) { copy(logits, src) }); err != nil {
-		return nil, fmt.Errorf("sample: %w", err)
-	}
-
+	c := s.m.Config
 	stops := newStopSet(opt.StopTokens, c.VocabSize)
 	rng := rand.New(rand.NewPCG(opt.Seed, samplerSeed))
-	res := make([]Sample, rows)
-	done := make([]bool, rows)
-	next := make([]int32, rows)
-	stepTok := make([]int32, rows)
-	stepPos := make([]int32, rows)
-	stepBias := make([]float32, rows*capacity)
-	selfBias := tensors.FromFlatDataAndDimensions(make([]float32, rows), rows, 1, 1) // a token sees itself
-	scratch := make([]*sampleScratch, rows)
+	res := make([]Sample, g.rows)
+	done := make([]bool, g.rows)
+	next := make([]int32, g.rows)
+	scratch := make([]*sampleScratch, g.rows)
 	for r := range scratch {
 		scratch[r] = newSampleScratch(c.VocabSize)
 	}
@@ -337,15 +258,15 @@ func (s *Sampler) generateGraph(prompts [][]int32, opt SampleOptions, maxPrompt 
 	for step := 0; ; step++ {
 		// The log-softmax of each row's logits, in parallel; then the draws, in row order, so
 		// that the random stream is used as with one row at a time.
-		parallelFor(workers, rows, func(_, lo, hi int) {
+		parallelFor(workers, g.rows, func(_, lo, hi int) {
 			for r := lo; r < hi; r++ {
 				if !done[r] {
-					scratch[r].prepare(logits[r*c.VocabSize:(r+1)*c.VocabSize], opt)
+					scratch[r].prepare(g.logits[r*c.VocabSize:(r+1)*c.VocabSize], opt)
 				}
 			}
 		})
 		active := 0
-		for r := range rows {
+		for r := range g.rows {
 			if done[r] {
 				continue
 			}
@@ -363,46 +284,155 @@ func (s *Sampler) generateGraph(prompts [][]int32, opt SampleOptions, maxPrompt 
 			}
 		}
 		if active == 0 {
-			break
+			return res, nil
 		}
-		// Decode one token per row at cache slot p+step.
-		slot := p + step
-		for r := range rows {
-			stepTok[r] = pad
-			if !done[r] {
-				stepTok[r] = next[r]
+		if err := g.decode(step, next, done); err != nil {
+			return nil, err
+		}
+	}
+}
+
+// graphDecode is the state of one Generate call on the compiled prompt and decode graphs: the
+// rows left-padded to a common prompt bucket p, the host key/value caches of capacity slots that
+// every step passes to the decode graph, and the last logits of every row.
+type graphDecode struct {
+	s                                  *Sampler
+	rows, p, capacity, kvh, hd, layers int
+	pad                                int32
+	padCount                           []int // each row's left padding
+	// Host cache per layer: keys [B,kvh,capacity,hd], values transposed [B,kvh,hd,capacity].
+	kCache, vCache [][]float32
+	logits         []float32 // [rows, vocab]: the logits of each row's last position
+	out            []*tensors.Tensor
+	// The decode step's inputs, reused from step to step.
+	stepTok, stepPos []int32
+	stepBias         []float32
+	selfBias         *tensors.Tensor
+}
+
+func (s *Sampler) newGraphDecode(prompts [][]int32, opt SampleOptions, maxPrompt int) *graphDecode {
+	c := s.m.Config
+	rows := len(prompts)
+	p := BucketLength(maxPrompt)
+	g := &graphDecode{s: s, rows: rows, p: p, capacity: BucketLength(p + opt.MaxNewTokens),
+		kvh: c.KVHeads, hd: c.HeadDim(), layers: c.Layers, pad: int32(max(c.PAD, 0)), padCount: make([]int, rows)}
+	for r, pr := range prompts {
+		g.padCount[r] = p - len(pr)
+	}
+	g.kCache, g.vCache = s.caches(g.layers, rows*g.kvh*g.capacity*g.hd, true)
+	g.logits = make([]float32, rows*c.VocabSize)
+	g.stepTok = make([]int32, rows)
+	g.stepPos = make([]int32, rows)
+	g.stepBias = make([]float32, rows*g.capacity)
+	g.selfBias = tensors.FromFlatDataAndDimensions(make([]float32, rows), rows, 1, 1) // a token sees itself
+	return g
+}
+
+// prefill runs the prompts through the prompt graph: each attends to itself causally, pads
+// masked; a one-slot dummy past is fully masked (a zero-length axis is avoided).
+func (g *graphDecode) prefill(prompts [][]int32) error {
+	rows, p := g.rows, g.p
+	tokens := make([]int32, rows*p)
+	positions := make([]int32, rows*p)
+	for r, pr := range prompts {
+		for t := range p {
+			tokens[r*p+t] = g.pad
+			if t >= g.padCount[r] {
+				tokens[r*p+t] = pr[t-g.padCount[r]]
+				positions[r*p+t] = int32(t - g.padCount[r])
 			}
-			stepPos[r] = int32(slot - padCount[r])
 		}
-		for r := range rows {
-			row := stepBias[r*capacity : (r+1)*capacity]
-			for k := range capacity {
-				row[k] = 0
-				if k < padCount[r] || k >= slot {
+	}
+	bias := make([]float32, rows*p*p)
+	dummyBias := make([]float32, rows*p)
+	for r := range rows {
+		for t := range p {
+			dummyBias[r*p+t] = maskValue
+			row := bias[(r*p+t)*p:]
+			for k := range p {
+				if k > t || k < g.padCount[r] {
 					row[k] = maskValue
 				}
 			}
 		}
-		args := []any{tensors.FromFlatDataAndDimensions(stepTok, rows, 1), tensors.FromFlatDataAndDimensions(stepPos, rows, 1),
-			selfBias, tensors.FromFlatDataAndDimensions(stepBias, rows, 1, capacity)}
-		for l := range layers {
-			args = append(args, tensors.FromFlatDataAndDimensions(kCache[l], rows, kvh, capacity, hd))
+	}
+	args := []any{tensors.FromFlatDataAndDimensions(tokens, rows, p), tensors.FromFlatDataAndDimensions(positions, rows, p),
+		tensors.FromFlatDataAndDimensions(bias, rows, p, p), tensors.FromFlatDataAndDimensions(dummyBias, rows, p, 1)}
+	for range g.layers {
+		args = append(args, tensors.FromShape(shapes.Make(dtypes.Float32, rows, g.kvh, 1, g.hd)))
+	}
+	for range g.layers {
+		args = append(args, tensors.FromShape(shapes.Make(dtypes.Float32, rows, g.kvh, g.hd, 1)))
+	}
+	var err error
+	if g.out, err = g.s.exec.Exec(args...); err != nil {
+		return fmt.Errorf("sample: prefill: %w", err)
+	}
+	return g.take(0, p)
+}
+
+// decode runs one decode step: each row's token next[r] (pad for finished rows) at cache slot
+// p+step.
+func (g *graphDecode) decode(step int, next []int32, done []bool) error {
+	rows, capacity := g.rows, g.capacity
+	slot := g.p + step
+	for r := range rows {
+		g.stepTok[r] = g.pad
+		if !done[r] {
+			g.stepTok[r] = next[r]
 		}
-		for l := range layers {
-			args = append(args, tensors.FromFlatDataAndDimensions(vCache[l], rows, kvh, hd, capacity))
-		}
-		var err error
-		if out, err = s.exec.Exec(args...); err != nil {
-			return nil, fmt.Errorf("sample: decode step %d: %w", step, err)
-		}
-		if err := writeCache(slot, 1); err != nil {
-			return nil, fmt.Errorf("sample: %w", err)
-		}
-		if err := tensors.ConstFlatData(out[0], func(src []float32) { copy(logits, src) }); err != nil {
-			return nil, fmt.Errorf("sample: %w", err)
+		g.stepPos[r] = int32(slot - g.padCount[r])
+	}
+	for r := range rows {
+		row := g.stepBias[r*capacity : (r+1)*capacity]
+		for k := range capacity {
+			row[k] = 0
+			if k < g.padCount[r] || k >= slot {
+				row[k] = maskValue
+			}
 		}
 	}
-	return res, nil
+	args := []any{tensors.FromFlatDataAndDimensions(g.stepTok, rows, 1), tensors.FromFlatDataAndDimensions(g.stepPos, rows, 1),
+		g.selfBias, tensors.FromFlatDataAndDimensions(g.stepBias, rows, 1, capacity)}
+	for l := range g.layers {
+		args = append(args, tensors.FromFlatDataAndDimensions(g.kCache[l], rows, g.kvh, capacity, g.hd))
+	}
+	for l := range g.layers {
+		args = append(args, tensors.FromFlatDataAndDimensions(g.vCache[l], rows, g.kvh, g.hd, capacity))
+	}
+	var err error
+	if g.out, err = g.s.exec.Exec(args...); err != nil {
+		return fmt.Errorf("sample: decode step %d: %w", step, err)
+	}
+	return g.take(slot, 1)
+}
+
+// take copies the n new positions of the last graph's outputs, starting at cache slot at, into
+// the host caches, and its logits.
+func (g *graphDecode) take(at, n int) error {
+	hd, capacity := g.hd, g.capacity
+	for l := range g.layers {
+		err := tensors.ConstFlatData(g.out[1+l], func(src []float32) {
+			for blk := range g.rows * g.kvh {
+				copy(g.kCache[l][(blk*capacity+at)*hd:(blk*capacity+at+n)*hd], src[blk*n*hd:(blk+1)*n*hd])
+			}
+		})
+		if err != nil {
+			return fmt.Errorf("sample: %w", err)
+		}
+		err = tensors.ConstFlatData(g.out[1+g.layers+l], func(src []float32) {
+			for row := range g.rows * g.kvh * hd { // one (batch, head, dim) row of n positions
+				copy(g.vCache[l][row*capacity+at:row*capacity+at+n], src[row*n:(row+1)*n])
+			}
+		})
+		if err != nil {
+			return fmt.Errorf("sample: %w", err)
+		}
+	}
+	if err := tensors.ConstFlatData(g.out[0], func(src []float32) { copy(g.logits, src) }); err != nil {
+		return fmt.Errorf("sample: %w", err)
+	}
+	return nil
 }
 
 // sampleScratch holds the buffers of one row's token choice.
