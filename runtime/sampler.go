@@ -205,6 +205,10 @@ func (s *Sampler) Generate(prompts [][]int32, opt SampleOptions) ([]Sample, erro
 // for a model computing in bfloat16 on SimpleGo (see Sampler.simpleGo).
 func (s *Sampler) decodesOnHost() bool { return s.hostDecode && !(s.simpleGo && s.m.MixedPrecision()) }
 
+// DecodesOnHost says whether generation runs on the host decoder, where a Batcher decodes
+// concurrent requests together; elsewhere it runs them one after another.
+func (s *Sampler) DecodesOnHost() bool { return s.decodesOnHost() }
+
 // check validates the options and prompts and returns the longest prompt's length.
 func (s *Sampler) check(prompts [][]int32, opt SampleOptions) (int, error) {
 	c := s.m.Config

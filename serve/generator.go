@@ -4,10 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
-	"strings"
 	"sync"
-
-	"github.com/gomlx/gomlx/backends"
 
 	"stx.dev/stx/runtime"
 )
@@ -20,11 +17,11 @@ type generator interface {
 
 // newGenerator returns the generator over s and the function that stops it: runtime.Batcher
 // (continuous batching: a request joins the decode loop at its next step, with its own random
-// stream) where the sampler decodes on the host (the cpu and SimpleGo backends); on XLA, where
-// the Batcher runs requests one after another, the queue below, which batches them through
-// Sampler.Generate's compiled decode graphs.
-func newGenerator(backend backends.Backend, s *runtime.Sampler, maxRows int) (generator, func()) {
-	if rb, ok := backend.(*runtime.Backend); ok && strings.HasPrefix(rb.Spec, "xla") {
+// stream) where the sampler decodes on the host; elsewhere (XLA, or SimpleGo computing in
+// bfloat16), where the Batcher would run requests one after another, the queue below, which
+// batches them through Sampler.Generate's compiled decode graphs.
+func newGenerator(s *runtime.Sampler, maxRows int) (generator, func()) {
+	if !s.DecodesOnHost() {
 		q := &queue{s: s, maxRows: maxRows}
 		return q, q.Close
 	}

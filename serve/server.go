@@ -103,7 +103,7 @@ func (s *Server) newEngine(m *runtime.Model) (*engine, error) {
 	if err != nil {
 		return nil, fmt.Errorf("serve: %w", err)
 	}
-	gen, closeGen := newGenerator(s.opt.Backend, sm, s.opt.MaxBatch)
+	gen, closeGen := newGenerator(sm, s.opt.MaxBatch)
 	return &engine{model: m, gen: gen, sampler: sm, scorer: sc, close: closeGen}, nil
 }
 

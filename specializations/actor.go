@@ -368,6 +368,3 @@ func (a *actor) ComputeLoss(out Output, batch Batch, r loss.Reducer) (*Node, map
 	}
 	return res.Loss, res.Metrics, nil
 }
-
-// Loss is the runtime.LossFn of the role.
-func (a *actor) Loss() runtime.LossFn { return lossFn(a) }
