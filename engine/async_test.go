@@ -61,45 +61,56 @@ func TestAsyncRollouts(t *testing.T) {
 	}
 }
 
-// TestAsyncResume: a run with max_staleness 1 stopped after rollout 2 resumes from its
-// checkpoint and draws the rollout that was generated ahead again: the resumed run ends
-// with the records of every rollout and the data position of the uninterrupted run.
+// TestAsyncResume: a run with max_staleness 2 stopped after rollout 2, while the queue
+// holds the rollouts generated ahead, resumes from its checkpoint and draws them again:
+// the resumed run ends with the records of every rollout and the data position of the
+// uninterrupted run, its first rollout on-policy and the pipeline filling again after it.
 func TestAsyncResume(t *testing.T) {
 	if testing.Short() {
 		t.Skip("three GRPO runs")
 	}
 	srv := newLoopServer(t, nil)
-	sets := append([]string{"knobs.num_rollout=4", "knobs.rollout_batch_size=2", "knobs.n_samples_per_prompt=2",
+	sets := append([]string{"knobs.num_rollout=5", "knobs.rollout_batch_size=2", "knobs.n_samples_per_prompt=2",
 		"knobs.max_new_tokens=6", "knobs.eval_every=0", "knobs.save_every=0", "task.validation_size=4",
-		"knobs.max_staleness=1"}, remoteSets(srv)...)
-	full, err := Run(context.Background(), runCatalog(t, "grpo", sets...), "grpo", RunOptions{RunsDir: t.TempDir(), NoEvalBefore: true})
+		"knobs.max_staleness=2"}, remoteSets(srv)...)
+	fill := &runHooks{fillAhead: true}
+	full, err := Run(context.Background(), runCatalog(t, "grpo", sets...), "grpo", RunOptions{RunsDir: t.TempDir(), NoEvalBefore: true, hooks: fill})
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	part, err := Run(ctx, runCatalog(t, "grpo", sets...), "grpo", RunOptions{RunsDir: t.TempDir(), NoEvalBefore: true,
-		Out: &cancelAfter{line: "rollout 2/4", cancel: cancel}})
+		Out: &cancelAfter{line: "rollout 2/5", cancel: cancel}, hooks: fill})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !part.Interrupted || part.Rollouts != 2 {
 		t.Fatalf("interrupted run: %+v", part)
 	}
-	if _, err := Run(context.Background(), runCatalog(t, "grpo", sets...), "grpo", RunOptions{Resume: part.Dir}); err != nil {
+	if _, err := Run(context.Background(), runCatalog(t, "grpo", sets...), "grpo", RunOptions{Resume: part.Dir, hooks: fill}); err != nil {
 		t.Fatal(err)
 	}
 	a, b := trainRecords(metrics(t, full.Dir)), trainRecords(metrics(t, part.Dir))
-	if len(a) != len(b) {
-		t.Fatalf("%d records uninterrupted, %d resumed", len(a), len(b))
+	if len(a) != len(b) || len(a) != 5 {
+		t.Fatalf("%d records uninterrupted, %d resumed (want 5)", len(a), len(b))
 	}
 	for i := range a {
 		if a[i]["rollout"] != b[i]["rollout"] || a[i]["epoch"] != b[i]["epoch"] {
 			t.Errorf("record %d: rollout %v epoch %v, resumed rollout %v epoch %v", i, a[i]["rollout"], a[i]["epoch"], b[i]["rollout"], b[i]["epoch"])
 		}
 	}
-	// The resumed run's first rollout was drawn again on the resumed weights: on-policy.
-	if s := num(t, b[2], "rollout/staleness"); s != 0 {
-		t.Errorf("first resumed rollout: staleness %g, want 0", s)
+	// Rollout 2 was in the queue at the checkpoint (generated with version 0): the resumed
+	// run drew it again on the resumed weights, version 2.
+	if q := num(t, b[1], "rollout/queued"); q != 1 {
+		t.Errorf("rollout 1: %g queued, want 1", q)
+	}
+	for i, want := range map[int][2]float64{2: {0, 2}, 3: {1, 2}, 4: {2, 2}} {
+		if s, v := num(t, b[i], "rollout/staleness"), num(t, b[i], "rollout/weight_version"); s != want[0] || v != want[1] {
+			t.Errorf("resumed rollout %d: staleness %g version %g, want %v", i, s, v, want)
+		}
+	}
+	if s := num(t, a[2], "rollout/staleness"); s != 2 {
+		t.Errorf("uninterrupted rollout 2: staleness %g, want 2", s)
 	}
 }

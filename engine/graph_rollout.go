@@ -26,6 +26,9 @@ func rolloutEngineProblems(r *schema.Recipe, g *Graph) []Problem {
 	if ro == nil {
 		return probs
 	}
+	if k := r.Knobs.MaxStaleness; ro.SleepBetween && k > 0 {
+		add("rollout.sleep_between", "sleep_between releases the servers' memory while the trainer trains, and max_staleness %d has them generate meanwhile: set one of them off", k)
+	}
 	for i, s := range ro.Servers {
 		if err := remote.CheckURL(s); err != nil {
 			add(fmt.Sprintf("rollout.servers[%d]", i), "%v", err)

@@ -3,6 +3,7 @@ package engine
 import (
 	"fmt"
 	"slices"
+	"strconv"
 
 	"stx.dev/stx/runtime"
 	"stx.dev/stx/schema"
@@ -11,7 +12,8 @@ import (
 
 // Role placement: a role's devices (schema: roles[i].devices) say where its weights live and
 // its steps run. A trainable role on several devices trains data-parallel (runtime's
-// Trainer.SetDevices) and runs its forward-only passes (producers) on its first device; a
+// Trainer.SetDevices; with sharding "fsdp", Trainer.SetFSDP shards its parameters and optimizer
+// state among them) and runs its forward-only passes (producers) on its first device; a
 // frozen role on several devices splits its forward passes' rows among them.
 
 // placementProblems are the placement checks that need no backend: distinct devices, device
@@ -27,6 +29,7 @@ func placementProblems(r *schema.Recipe, g *Graph) []Problem {
 					Msg: fmt.Sprintf("device %d is listed twice (also at devices[%d])", d, k)})
 			}
 		}
+		probs = append(probs, shardingProblems(i, role)...)
 		if isVelocityRole(g, role.Name) && (len(devs) > 1 || len(devs) == 1 && devs[0] != 0) {
 			probs = append(probs, Problem{Path: path, Msg: fmt.Sprintf(
 				"role %q (specialization %s) is a velocity model, which runs on device 0 only", role.Name, role.Specialization)})
@@ -46,6 +49,27 @@ func placementProblems(r *schema.Recipe, g *Graph) []Problem {
 		}
 	}
 	return probs
+}
+
+// shardingProblems checks a role's sharding: fsdp shards a trainable role's parameters and
+// optimizer state along at least two devices, and stx does not offload sharded state.
+func shardingProblems(i int, role schema.Role) []Problem {
+	if role.Sharding != "fsdp" {
+		return nil
+	}
+	path := fmt.Sprintf("roles[%d].sharding", i)
+	switch {
+	case !role.Trainable:
+		return []Problem{{Path: path, Msg: fmt.Sprintf(
+			"role %q is frozen: fsdp shards a trainable role's parameters and optimizer state (a frozen role on several devices splits its rows)", role.Name)}}
+	case len(role.Devices) < 2:
+		return []Problem{{Path: path, Msg: fmt.Sprintf(
+			"role %q is on %d device(s): fsdp shards along at least 2 (set devices: [0, 1, ...])", role.Name, max(1, len(role.Devices)))}}
+	case role.Offload:
+		return []Problem{{Path: path, Msg: fmt.Sprintf(
+			"role %q: fsdp and offload cannot be combined: stx does not offload sharded state", role.Name)}}
+	}
+	return nil
 }
 
 // rolloutRole is the index of the role whose weights the rollout sampler uses: the first
@@ -118,7 +142,11 @@ func placeRole(b *runtime.Backend, r *role) error {
 	}
 	name := r.node.Role.Name
 	if r.trainer != nil {
-		if err := r.trainer.SetDevices(b, devs); err != nil {
+		place := r.trainer.SetDevices
+		if r.node.Role.Sharding == "fsdp" {
+			place = r.trainer.SetFSDP // parameters and optimizer state sharded (runtime/fsdp.go)
+		}
+		if err := place(b, devs); err != nil {
 			return fmt.Errorf("role %q: %w", name, err)
 		}
 	}
@@ -183,6 +211,9 @@ func (l *loop) updateWeights() error {
 		}
 		l.con.event("update_weights", map[string]any{"bytes": x.Bytes, "tensors": x.Tensors, "seconds": x.Duration.Seconds()})
 	}
+	if err := l.reportDeviceMemory(); err != nil {
+		return err
+	}
 	for _, r := range l.roles {
 		if !r.node.Role.Offload || r.model == nil {
 			continue
@@ -192,6 +223,32 @@ func (l *loop) updateWeights() error {
 			return fmt.Errorf("role %q: %w", r.name(), err)
 		}
 		l.con.event("offload", map[string]any{"role": r.name(), "bytes": x.Bytes, "tensors": x.Tensors, "seconds": x.Duration.Seconds()})
+	}
+	return nil
+}
+
+// reportDeviceMemory reports, with --json, how many bytes of weights and optimizer state each
+// device of a trainable role on several devices holds after the rollout's training
+// ({"kind":"device_memory","role":…,"sharding":…,"bytes":{"0":…,…}}): all of them on every
+// device when replicated, 1/N under fsdp. Roles that have not trained yet, and offloaded ones
+// (back on the host), are left out.
+func (l *loop) reportDeviceMemory() error {
+	if !l.con.json {
+		return nil
+	}
+	for _, r := range l.roles {
+		if r.trainer == nil || r.trainer.Devices() < 2 || r.node.Role.Offload || r.trainer.StepCount() == 0 {
+			continue
+		}
+		bytes, err := r.trainer.DeviceStateBytes()
+		if err != nil {
+			return fmt.Errorf("role %q: device memory: %w", r.name(), err)
+		}
+		per := map[string]any{}
+		for d, b := range bytes {
+			per[strconv.Itoa(d)] = b
+		}
+		l.con.event("device_memory", map[string]any{"role": r.name(), "sharding": r.trainer.Sharding(), "bytes": per})
 	}
 	return nil
 }

@@ -126,7 +126,17 @@ func openModel(rec *schema.Recipe, i int, saved string, starts map[string]string
 			return nil, "", fmt.Errorf("role %q: %w", r.Name, err)
 		}
 	}
-	m, err := runtime.OpenModel(src, sourceSeed(rec.Knobs))
+	var m *runtime.Model
+	if l := r.Model.LoRA; l != nil || sourceAdapter(rec, i, starts) != "" {
+		// A LoRA role's frozen base is read as it will be held (model.lora.base_dtype).
+		base := ""
+		if l != nil {
+			base = l.BaseDType
+		}
+		m, err = runtime.OpenModelForLoRA(src, sourceSeed(rec.Knobs), base)
+	} else {
+		m, err = runtime.OpenModel(src, sourceSeed(rec.Knobs))
+	}
 	if err != nil {
 		return nil, "", fmt.Errorf("role %q: model %q: %w (built-in starting models: %s)", r.Name, src, err,
 			strings.Join(StarterNames(), ", "))
@@ -279,7 +289,7 @@ func addAdapters(rec *schema.Recipe, i int, m *runtime.Model, sourceAdapter stri
 	if l == nil {
 		l = &schema.LoRA{}
 	}
-	cfg := runtime.LoRAConfig{Rank: l.Rank, Alpha: l.Alpha, Dropout: l.Dropout, Targets: l.Targets, Init: l.Init, RSLoRA: l.RSLoRA}
+	cfg := runtime.LoRAConfig{Rank: l.Rank, Alpha: l.Alpha, Dropout: l.Dropout, Targets: l.Targets, Init: l.Init, RSLoRA: l.RSLoRA, BaseDType: l.BaseDType}
 	if len(cfg.Targets) == 0 {
 		cfg.Targets = []string{"q_proj", "k_proj", "v_proj", "o_proj"}
 	}

@@ -184,7 +184,7 @@ func chooseStrategy(c specializations.Contract, k schema.Knobs, needs estimators
 // generate builds rollout id's data. seed drives the sampler. Multi-turn
 // episodes (task.workflow) take the place of single completions.
 func (g *rolloutGen) generate(id int, seed uint64) (b *batch, err error) {
-	defer func() { g.remoteMetrics(b) }() // the rollout engine's requests (rollout_remote.go)
+	defer func() { g.remoteDone(b) }() // the rollout engine's requests (rollout_remote.go)
 	if g.workflow != nil {
 		return g.workflowRollout(id, seed)
 	}

@@ -34,8 +34,13 @@ type remoteGen struct {
 	// run in another one (async.go).
 	console []func()
 
-	// ahead is the rollout being generated ahead (async.go).
-	ahead *ahead
+	// Asynchronous rollouts (async.go), used by the loop's goroutine only: pipe is the
+	// goroutine generating ahead (nil: none runs), queue the rollouts generated ahead and
+	// not yet taken, in order, waited the seconds the loop waited for pipe since the last
+	// rollout was taken.
+	pipe   *pipeline
+	queue  []*ahead
+	waited float64
 }
 
 // rolloutGenerator is the generator of the rollout role r: the in-process sampler, or
@@ -86,7 +91,22 @@ func (g *remoteGen) start() error {
 		g.warn("rollout server down at start: " + d)
 	}
 	g.mu.Unlock()
+	// Servers left asleep by an earlier run (a resumed one) wake up first.
+	if err := g.wake(); err != nil {
+		return err
+	}
 	return g.sync(g.l.state.Rollout + 1)
+}
+
+// wake has the servers take their memory back, with sleep_between, before they load
+// weights: SGLang and vLLM load into the memory they hold.
+func (g *remoteGen) wake() error {
+	if !g.l.rec.Rollout.SleepBetween {
+		return nil
+	}
+	err := g.client.WakeUp()
+	g.record()
+	return err
 }
 
 // sync writes the rollout role's weights as version v and has every server load them.
@@ -133,6 +153,10 @@ func (g *remoteGen) record() {
 			g.warn(fmt.Sprintf("rollout server %s failed (attempt %d), asking another: %s", e.Server, e.Attempt, e.Err))
 		case "remote_update_failed":
 			g.warn(fmt.Sprintf("rollout server %s did not load weight version %d (it loads them before its next request): %s", e.Server, e.Version, e.Err))
+		case "remote_sleep_failed":
+			g.warn(fmt.Sprintf("rollout server %s did not release its memory for the training: %s", e.Server, e.Err))
+		case "remote_wake_up_failed":
+			g.warn(fmt.Sprintf("rollout server %s did not take its memory back (its requests go to the others): %s", e.Server, e.Err))
 		}
 		g.console = append(g.console, func() {
 			g.l.con.event(e.Type, map[string]any{"server": e.Server, "attempt": e.Attempt, "version": e.Version,
@@ -140,7 +164,9 @@ func (g *remoteGen) record() {
 		})
 	}
 	for name, v := range g.client.Metrics() {
-		if strings.HasSuffix(name, "weight_version") {
+		if old, ok := g.metrics[name]; ok && name == "remote/oldest_weight_version" {
+			g.metrics[name] = min(old, v)
+		} else if strings.HasSuffix(name, "weight_version") {
 			g.metrics[name] = v
 		} else {
 			g.metrics[name] += v
@@ -192,22 +218,38 @@ func (l *loop) syncRemote() error {
 		return nil
 	}
 	// The rollout generated ahead used the servers' current weights: it ends first.
-	if _, err := l.gen.join(g); err != nil {
+	if err := l.gen.join(g); err != nil {
+		return err
+	}
+	if err := g.wake(); err != nil {
 		return err
 	}
 	return g.sync(g.version + 1)
 }
 
-// remoteMetrics adds the rollout engine's metrics since the last rollout to b's metrics.
-func (g *rolloutGen) remoteMetrics(b *batch) {
+// remoteDone ends a rollout's generation with a rollout engine: with sleep_between the
+// servers release their memory for the training (a failure is a warning: the run goes on
+// beside servers that kept it), and the engine's metrics since the last rollout go into
+// b's metrics.
+func (g *rolloutGen) remoteDone(b *batch) {
 	r, ok := g.sampler.(*remoteGen)
 	if !ok || b == nil {
 		return
 	}
+	if g.rec.Rollout.SleepBetween && g.rec.Knobs.MaxStaleness == 0 { // vet refuses both
+		_ = r.client.Sleep() // recorded as events
+		r.record()
+	}
 	for name, v := range r.takeMetrics() {
 		b.metrics[name] = v
 	}
-	b.metrics["rollout/weight_version"] = float64(r.version) // the weights b was sampled with
+	// The weights b was sampled with: the oldest version an answer carried (a server that
+	// missed an update answers with an older one, max_staleness permitting).
+	v := float64(r.version)
+	if old, ok := b.metrics["remote/oldest_weight_version"]; ok {
+		v = min(v, old)
+	}
+	b.metrics["rollout/weight_version"] = v
 }
 
 // writeWeights writes m as version v under root: into a temporary directory, renamed to

@@ -659,6 +659,9 @@ func perfMetrics(genTokens int, tGen time.Duration, tp trained, tUpd, elapsed ti
 	if tp.train > 0 {
 		perf["perf/train_tokens_per_s"] = float64(tp.tokens) / tp.train.Seconds()
 	}
+	if tp.slots > 0 { // the share of the trained positions that were padding (see knobs.pack)
+		perf["perf/train_pad_frac"] = 1 - float64(tp.realTokens)/float64(tp.slots)
+	}
 	return perf
 }
 
@@ -698,6 +701,8 @@ func (l *loop) trainPasses(id int, d *rollout.Rollout) (trained, error) {
 		out.sync += t.sync
 		out.train += t.train
 		out.tokens += t.tokens
+		out.slots += t.slots
+		out.realTokens += t.realTokens
 		out.records = append(out.records, t.records...)
 		if k.TotalBatches > 0 && l.state.Step >= k.TotalBatches {
 			break

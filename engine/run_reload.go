@@ -43,6 +43,13 @@ type runHooks struct {
 	// rolloutFault, when set, runs before each generation attempt of an RL
 	// rollout; an error it returns fails that attempt (the retry path).
 	rolloutFault func(id, attempt int) error
+	// fillAhead makes a run with max_staleness k wait, before training each rollout,
+	// until the rollouts generated ahead fill its queue (async.go): the staleness of every
+	// rollout is then fixed.
+	fillAhead bool
+	// staleness, when set, returns the max_staleness in force when rollout id is taken
+	// from k, the recipe's: a hot change at the boundary before it.
+	staleness func(id, k int) int
 }
 
 // knobUse says how a hot knob (schema @knob(hot)) reaches a running job.

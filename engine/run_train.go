@@ -5,6 +5,7 @@ import (
 	"math"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gomlx/gomlx/pkg/core/tensors"
@@ -28,6 +29,10 @@ type trainer struct {
 	// rowAdv are the primary role's per-row advantages of the last step
 	// (nil when it computes none).
 	rowAdv []float64
+	// slots and realTokens count the token positions the trained micro-batches computed
+	// (padding included, packed or not) and the real tokens among them, for
+	// perf/train_pad_frac; roles of different pools add to them concurrently.
+	slots, realTokens atomic.Int64
 }
 
 // trained is what train steps did: one metrics record per optimizer
@@ -36,6 +41,9 @@ type trained struct {
 	records     []map[string]float64
 	sync, train time.Duration
 	tokens      int
+	// slots are the token positions the micro-batches computed, padding included (0 when
+	// no language model trained), of which realTokens held a real token.
+	slots, realTokens int64
 }
 
 // batchOptions are PrepareBatch's options for a role.
@@ -48,8 +56,11 @@ func (e *env) batchOptions(r *role, id int) specializations.BatchOptions {
 	if r.model != nil {
 		pad = int32(max(r.model.Config.PAD, 0))
 	}
+	// A role on several devices splits each micro-batch by rows (data parallel, fsdp): its
+	// rows stay unpacked.
+	pack := e.rec.Knobs.Pack && len(r.node.Role.Devices) <= 1
 	return specializations.BatchOptions{MicroBatchSize: mbs, Pad: pad, Rollout: id, Seed: uint64(e.rec.Knobs.Seed) + uint64(id),
-		Temperature: e.rec.Knobs.Temperature}
+		Temperature: e.rec.Knobs.Temperature, Pack: pack, PackTokens: e.rec.Knobs.PackTokens}
 }
 
 // step is one train step of the outer loop: the inject syncs in dependency order,
@@ -68,6 +79,8 @@ func (tr *trainer) step(id, pass int, d *rollout.Rollout) (trained, error) {
 	tSync := time.Since(t)
 
 	t = time.Now()
+	tr.slots.Store(0)
+	tr.realTokens.Store(0)
 	outs := tr.trainPools(id, d)
 	tTrain := time.Since(t)
 	nsteps := -1
@@ -96,7 +109,8 @@ func (tr *trainer) step(id, pass int, d *rollout.Rollout) (trained, error) {
 			nTrained++
 		}
 	}
-	return trained{records: recs, sync: tSync, train: tTrain, tokens: ntok * nTrained}, nil
+	return trained{records: recs, sync: tSync, train: tTrain, tokens: ntok * nTrained,
+		slots: tr.slots.Load(), realTokens: tr.realTokens.Load()}, nil
 }
 
 // injectSyncs runs the inject syncs in dependency order: each source role produces its
@@ -308,6 +322,7 @@ func (tr *trainer) stepMiniBatches(r *role, rd *rollout.Rollout, opts specializa
 		if err != nil {
 			return nil, fmt.Errorf("role %q: %w", r.name(), err)
 		}
+		tr.countSlots(mb, mbs)
 		res, err := step(mbs)
 		if err != nil {
 			return nil, fmt.Errorf("role %q step: %w", r.name(), err)
@@ -318,6 +333,28 @@ func (tr *trainer) stepMiniBatches(r *role, rd *rollout.Rollout, opts specializa
 		}
 	}
 	return out, nil
+}
+
+// countSlots adds the token positions of a mini-batch's language-model micro-batches (the
+// packed rows when packed) and its real tokens to the step's padding count.
+func (tr *trainer) countSlots(rd *rollout.Rollout, mbs []map[string]*tensors.Tensor) {
+	var slots int64
+	for _, mb := range mbs {
+		t := mb[runtime.PackIndexKey]
+		if t == nil {
+			t = mb[rollout.KeyTokens]
+		}
+		if t == nil || t.Shape().Rank() != 2 {
+			return // not a language model's batch
+		}
+		slots += int64(t.Shape().Size())
+	}
+	var real int64
+	for _, row := range rd.Tokens {
+		real += int64(len(row))
+	}
+	tr.slots.Add(slots)
+	tr.realTokens.Add(real)
 }
 
 // rowAdvantages is each row's advantage for the episode log: the mean over

@@ -4,6 +4,7 @@ package runtime
 
 import (
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -73,6 +74,13 @@ func newXLA(spec string) (backends.Backend, *xlaplugin.Plugin, error) {
 		// (the plugin itself reads only its client option).
 		options["cpu_device_count"] = int64(max(1, forcedHostDevices(os.Getenv("XLA_FLAGS"))))
 	}
+	// A node of a group of processes (stx run --nodes) tells the plugin its place; a plugin
+	// that cannot join processes is refused rather than making a client of this process alone.
+	nodeOptions, err := xlaplugin.ClusterOptions(path)
+	if err != nil {
+		return nil, nil, err
+	}
+	maps.Copy(options, nodeOptions)
 	exactLowPrecision()
 	plugin, err := xlaplugin.Load(path)
 	if err != nil {

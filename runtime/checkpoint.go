@@ -7,7 +7,6 @@ import (
 	"path/filepath"
 	"slices"
 
-	"github.com/gomlx/gomlx/pkg/core/tensors"
 	"github.com/gomlx/gomlx/pkg/ml/context"
 	"stx.dev/stx/runtime/safetensors"
 )
@@ -66,15 +65,12 @@ func (t *Trainer) SaveCheckpoint(dir string, rng []byte) error {
 			prefix string
 			vars   []*context.Variable
 		}{{"exp_avg.", t.mVar}, {"exp_avg_sq.", t.vVar}} {
-			val, err := kind.vars[i].Value()
+			// In the parameter's shape, also when the trainer shards it (fsdp.go).
+			data, err := t.stateValues(i, kind.vars[i])
 			if err != nil {
 				return fmt.Errorf("checkpoint: optimizer state of %s: %w", name, err)
 			}
-			data, err := tensors.CopyFlatData[float32](val)
-			if err != nil {
-				return fmt.Errorf("checkpoint: optimizer state of %s: %w", name, err)
-			}
-			opt = append(opt, safetensors.FromFloat32(kind.prefix+name, val.Shape().Dimensions, data))
+			opt = append(opt, safetensors.FromFloat32(kind.prefix+name, t.trainVar[i].Shape().Dimensions, data))
 		}
 	}
 	// A model saved in a narrower dtype than float32 (a bf16 checkpoint stays bf16) keeps its
@@ -186,15 +182,15 @@ func (t *Trainer) LoadCheckpoint(dir string) (rng []byte, err error) {
 			if !ok {
 				return nil, fmt.Errorf("checkpoint %s: optimizer state lacks %s%s", dir, kind.prefix, name)
 			}
-			v := kind.vars[i]
-			if !slices.Equal(ts.Shape, v.Shape().Dimensions) || ts.DType != safetensors.F32 {
-				return nil, fmt.Errorf("checkpoint %s: optimizer tensor %s%s is %s%v, want F32%v", dir, kind.prefix, name, ts.DType, ts.Shape, v.Shape().Dimensions)
+			v, want := kind.vars[i], t.trainVar[i].Shape().Dimensions
+			if !slices.Equal(ts.Shape, want) || ts.DType != safetensors.F32 {
+				return nil, fmt.Errorf("checkpoint %s: optimizer tensor %s%s is %s%v, want F32%v", dir, kind.prefix, name, ts.DType, ts.Shape, want)
 			}
 			data, err := ts.Float32s()
 			if err != nil {
 				return nil, fmt.Errorf("checkpoint %s: %w", dir, err)
 			}
-			if err := v.SetValue(tensors.FromFlatDataAndDimensions(data, ts.Shape...)); err != nil {
+			if err := t.setStateValues(i, v, data); err != nil { // sharded again under FSDP
 				return nil, fmt.Errorf("checkpoint %s: %w", dir, err)
 			}
 		}

@@ -229,10 +229,13 @@ func (m *Model) headChunkRows() int {
 	return LogitChunkRows(m.Config.VocabSize)
 }
 
-// headWeight returns the LM head's weight [vocab, hidden]: lm_head, or the tied embeddings.
+// headWeight returns the LM head's weight [vocab, hidden]: lm_head, or the tied embeddings,
+// as float32 (a LoRA model's frozen base may hold it in bfloat16, lora_base.go; the chunked
+// gradients sum float32 products into a tensor of its dtype).
 func (m *Model) headWeight(ctx *context.Context, g *Graph) *Node {
+	name := "lm_head.weight"
 	if m.Config.TieEmbeddings {
-		return m.weight(ctx, g, "model.embed_tokens.weight")
+		name = "model.embed_tokens.weight"
 	}
-	return m.weight(ctx, g, "lm_head.weight")
+	return ConvertDType(m.weight(ctx, g, name), dtypes.Float32)
 }

@@ -37,6 +37,8 @@ const DataAxis = "data"
 // dataParallel is a trainer's placement on several devices.
 type dataParallel struct {
 	devices []backends.DeviceNum
+	mesh    *distributed.DeviceMesh
+	fsdp    *fsdpState // nil: weights and optimizer state replicated (see fsdp.go)
 }
 
 // CheckDevices reports an error unless devices is a non-empty list of distinct device numbers
@@ -88,7 +90,7 @@ func (t *Trainer) SetDevices(backend backends.Backend, devices []int) error {
 	for _, e := range t.execs() {
 		e.SPMD(mesh).WithDeviceAssignment(nums)
 	}
-	t.dp = &dataParallel{devices: nums}
+	t.dp = &dataParallel{devices: nums, mesh: mesh}
 	return nil
 }
 
@@ -116,6 +118,9 @@ func (dp *dataParallel) reduce(names []string, loss *Node, metrics, params, extr
 	w := extra[0]
 	loss = Mul(loss, ConvertDType(w, loss.DType()))
 	grads := Gradient(loss, params...)
+	if dp.fsdp != nil {
+		grads = dp.fsdp.flatten(grads) // reduce-scatter, first half: all-reduce the padded gradients
+	}
 	sums := append([]*Node{loss}, grads...)
 	var sumIdx, maxIdx, minIdx []int
 	var maxes, mins []*Node
@@ -145,7 +150,11 @@ func (dp *dataParallel) reduce(names []string, loss *Node, metrics, params, extr
 			out[minIdx[k]] = r
 		}
 	}
-	return sums[0], out, sums[1 : 1+len(grads)]
+	grads = sums[1 : 1+len(grads)]
+	if dp.fsdp != nil {
+		grads = dp.fsdp.ownShards(grads)
+	}
+	return sums[0], out, grads
 }
 
 // deviceParts turns each micro-batch's arguments into the executions that compute it: itself

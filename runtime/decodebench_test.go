@@ -27,7 +27,7 @@ func readBandwidth(bytes int) float64 {
 	best := 0.0
 	for range 5 {
 		start := time.Now()
-		parallelFor(workers, n, func(_, lo, hi int) { rowMatMulSpan(out, n, w, x, 1, k, lo, hi, false) })
+		parallelFor(workers, n, func(_, lo, hi int) { rowMatMulSpan(out, n, w, x, 1, k, lo, hi, kernelBest) })
 		best = max(best, float64(len(w)*4)/time.Since(start).Seconds())
 	}
 	return best
@@ -117,12 +117,15 @@ func BenchmarkDecodeStep(b *testing.B) {
 			b.ReportMetric(bytes/1e6, "MB/step")
 			b.ReportMetric(bytes/sec/1e9, "GB/s")
 			b.ReportMetric(100*bytes/bw/sec, "%bound")
+			b.ReportMetric(bw/1e9, "bound-GB/s")
 		})
 	}
 }
 
-// BenchmarkHostLoad times the host decoder taking its snapshot of the weights again, as it
-// does after every train step ($STX_DECODE_MODEL, else the built-in "bench"; see
+// BenchmarkHostLoad times the host decoder updating its snapshot of the weights after a train
+// step that changed every one of them (a full fine-tuning step), in place, and reports the bytes
+// it read from the model's weights and wrote into the snapshot ($STX_DECODE_MODEL, else the
+// built-in "bench"; STX_DECODE_DTYPE=bfloat16: a model computing in bfloat16; see
 // BenchmarkDecodeStep).
 func BenchmarkHostLoad(b *testing.B) {
 	spec := os.Getenv("STX_DECODE_MODEL")
@@ -133,15 +136,21 @@ func BenchmarkHostLoad(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
+	if os.Getenv("STX_DECODE_DTYPE") == "bfloat16" {
+		m.ComputeDType = dtypes.BFloat16
+	}
 	d, err := newHostDecoder(m)
 	if err != nil {
 		b.Fatal(err)
 	}
 	cpu0 := processCPUSeconds()
 	for b.Loop() {
+		d.forget()
 		if err := d.load(m); err != nil {
 			b.Fatal(err)
 		}
 	}
 	b.ReportMetric((processCPUSeconds()-cpu0)/float64(b.N)*1e3, "cpu-ms/op")
+	b.ReportMetric(float64(d.loadedBytes)/1e6, "MB-read/op")
+	b.ReportMetric(float64(d.storedBytes)/1e6, "MB-written/op")
 }

@@ -43,6 +43,9 @@ type NamedExec struct {
 // NewNamedExec compiles fn over the variables of ctx on backend; label prefixes errors.
 func NewNamedExec(backend backends.Backend, ctx *context.Context, label string,
 	fn func(ctx *context.Context, batch map[string]*Node) map[string]*Node) (*NamedExec, error) {
+	if err := moveToBackend(backend, ctx); err != nil { // no host copy left behind (upload.go)
+		return nil, fmt.Errorf("%s: %w", label, err)
+	}
 	e := &NamedExec{label: label}
 	exec, err := context.NewExec(backend, ctx, func(ctx *context.Context, in []*Node) []*Node {
 		batch := make(map[string]*Node, len(e.keys))

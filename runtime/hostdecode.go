@@ -30,13 +30,13 @@ type hostDecoder struct {
 	layers  []hostLayer
 	emb     []float32 // [vocab, hidden]
 	norm    []float32 // final RMSNorm weight
-	head    []float32 // lm_head (or the embeddings when tied), in the layout of the layers
+	head    []float32 // lm_head, in the layout of the layers (emb itself when tied; nil with bf16)
 	workers int
 	// transposed says that the projections are stored [in, out] (see hostLayer); never set
 	// now that rowMatMul reads them [out, in].
 	transposed bool
 	// bf16 mirrors a model whose products compute in bfloat16: the projections and the head
-	// are stored rounded to bfloat16 (as float32 values), each product's input is rounded
+	// are stored rounded to bfloat16 (layersBF16, headBF16), each product's input is rounded
 	// before it and its output after it, keys and values are rounded as they enter the cache,
 	// and attention rounds its queries, scores, weights and output as the graph's two bfloat16
 	// products do. A product of two bfloat16 values is exact in float32, so float32 GEMMs on
@@ -49,7 +49,8 @@ type hostDecoder struct {
 	x, h, qkv, attn, gu, act, mlp, last []float32
 	// rowSeq, rowSlot and lastRow map a step's token rows to sequences (see step).
 	rowSeq, rowSlot, lastRow []int
-	// layersBF16 and headBF16 are the projections and the head as bfloat16 (bf16 only).
+	// layersBF16 and headBF16 are the projections and the head as bfloat16 (bf16 only: the
+	// float32 layers then hold the norms and biases, and no projection).
 	layersBF16 []hostLayerBF16
 	headBF16   []uint16
 	cos, sin   []float32 // RoPE rotation of each token row [tokens, hd/2]
@@ -59,9 +60,15 @@ type hostDecoder struct {
 	invFreq []float32
 	// goAttention runs attention in the Go loops even where cpu.Attend is available (tests).
 	goAttention bool
-	// names and srcs are the weights the snapshot was read from and their tensors (see current).
+	// names and srcs are the weights the snapshot was read from and their tensors (see current);
+	// read, the same by name (see load), nil when every part must be read again.
 	names []string
 	srcs  []*tensors.Tensor
+	read  map[string]*tensors.Tensor
+	part  string // the prefix of read's keys for the part being read (see loadWeights)
+	// loadedBytes and storedBytes are the bytes the last load read from the model's weights
+	// and wrote into the snapshot.
+	loadedBytes, storedBytes int64
 }
 
 // hostLayer holds one decoder layer's weights, the projections [out, in] as stored (rowMatMul
@@ -100,73 +107,62 @@ func (d *hostDecoder) current(m *Model) bool {
 		return false
 	}
 	for i, name := range d.names {
-		v := m.Variable(name)
-		if v == nil || !v.HasValue() {
-			return false
-		}
-		if t, err := v.Value(); err != nil || t != d.srcs[i] {
+		if !d.holds(m, name, d.srcs[i]) {
 			return false
 		}
 	}
 	return true
 }
 
-// load (re)takes the snapshot of the model's weights, reusing the buffers of the previous one
-// (a snapshot taken after every train step would otherwise fault in a fresh copy of the model).
-// After an error the snapshot is not current and must be loaded again before use.
+// holds says whether the named weight's variable holds tensor t.
+func (d *hostDecoder) holds(m *Model, name string, t *tensors.Tensor) bool {
+	v := m.Variable(name)
+	if v == nil || !v.HasValue() {
+		return false
+	}
+	vt, err := v.Value()
+	return err == nil && vt == t
+}
+
+// load brings the snapshot up to date with the model's weights, in place: a part of it (a
+// norm, a projection group, the head) is read again only when one of the weights it was read
+// from has changed since (a LoRA run changes its adapters and the projections they merge into,
+// never the embeddings, the norms or the head), into the buffers it already has. After an
+// error the snapshot is not current and must be loaded again before use.
 func (d *hostDecoder) load(m *Model) error {
 	c := m.Config
 	// The projections stay [out, in], as stored: rowMatMul reads them so (see matMul).
+	if d.c != c || d.bf16 != m.MixedPrecision() || len(d.srcs) != len(d.names) {
+		d.read = nil // a new shape or dtype: every part again
+	}
 	d.c, d.workers, d.transposed = c, max(1, runtime.GOMAXPROCS(0)), false
 	d.bf16 = m.MixedPrecision()
+	if d.read == nil {
+		d.read = map[string]*tensors.Tensor{}
+	}
+	d.loadedBytes, d.storedBytes = 0, 0
 	d.names, d.srcs = d.names[:0], d.srcs[:0]
 	d.invFreq = d.invFreq[:0]
 	for _, f := range c.RopeInvFreq() {
 		d.invFreq = append(d.invFreq, float32(f))
 	}
 	if err := d.loadWeights(m); err != nil {
-		d.srcs = d.srcs[:0]
+		d.srcs, d.read = d.srcs[:0], nil
 		return fmt.Errorf("host decoder: %w", err)
 	}
-	d.packBF16()
+	if !d.bf16 {
+		d.layersBF16, d.headBF16 = nil, nil
+	}
 	return nil
 }
 
-// hostLayerBF16 holds a layer's projections as bfloat16 values (see hostDecoder.packBF16).
-type hostLayerBF16 struct{ qkv, o, gateUp, down []uint16 }
+// forget makes the next load read every weight again (benchmarks: the cost of a train step
+// that changed them all).
+func (d *hostDecoder) forget() { d.read = nil }
 
-// packBF16 stores the projections and the head of a model computing in bfloat16 as bfloat16
-// values, which the decode products read (rowMatMulBF16): the same bits as their float32
-// copies, which hold bfloat16 values already, at half the bytes per step. The float32 copies
-// stay, buffers for the next snapshot.
-func (d *hostDecoder) packBF16() {
-	if !d.bf16 {
-		d.layersBF16, d.headBF16 = nil, nil
-		return
-	}
-	pack := func(dst *[]uint16, src []float32) {
-		if cap(*dst) < len(src) {
-			*dst = make([]uint16, len(src))
-		}
-		*dst = (*dst)[:len(src)]
-		d.parallel(len(src), func(_, lo, hi int) {
-			for i, v := range src[lo:hi] {
-				(*dst)[lo+i] = uint16(math.Float32bits(v) >> 16) // exact: v is a bfloat16 value
-			}
-		})
-	}
-	if len(d.layersBF16) != len(d.layers) {
-		d.layersBF16 = make([]hostLayerBF16, len(d.layers))
-	}
-	for l, ly := range d.layers {
-		b := &d.layersBF16[l]
-		pack(&b.qkv, ly.qkv)
-		pack(&b.o, ly.o)
-		pack(&b.gateUp, ly.gateUp)
-		pack(&b.down, ly.down)
-	}
-	pack(&d.headBF16, d.head)
-}
+// hostLayerBF16 holds a layer's projections as bfloat16 values (a model computing in bfloat16):
+// the decode products read them (rowMatMulBF16), half the bytes of float32, the same products.
+type hostLayerBF16 struct{ qkv, o, gateUp, down []uint16 }
 
 func (d *hostDecoder) loadWeights(m *Model) error {
 	c := m.Config
@@ -174,55 +170,111 @@ func (d *hostDecoder) loadWeights(m *Model) error {
 	hid, qd, kvd, inter := c.Hidden, c.QDim(), c.KVHeads*hd, c.Intermediate
 	var err error
 	vec := func(dst *[]float32, name string) {
-		if err == nil {
+		if d.part = ""; err == nil && !d.unchanged(m, name) {
 			err = d.readVector(m, dst, name)
 		}
 	}
-	proj := func(dst *[]float32, in int, names []string, outs []int) {
-		if err == nil {
-			err = d.readProjections(m, dst, in, names, outs)
+	// proj reads a projection group into the float32 buffer, or, for a model computing in
+	// bfloat16, into the bfloat16 one (rounded), the float32 one then left unused.
+	proj := func(dst *[]float32, dstBF *[]uint16, in int, names []string, outs []int) {
+		// "proj/": the tied head is a part of its own, read from the embeddings' weight.
+		if d.part = "proj/"; err == nil && !d.unchanged(m, d.withAdapters(m, names)...) {
+			if d.bf16 {
+				*dst = nil
+				err = d.readProjectionsBF16(m, dstBF, in, names, outs)
+			} else {
+				*dstBF = nil
+				err = d.readProjections(m, dst, in, names, outs)
+			}
 		}
 	}
 	vec(&d.emb, "model.embed_tokens.weight")
 	vec(&d.norm, "model.norm.weight")
-	head := "lm_head.weight"
-	if c.TieEmbeddings {
-		head = "model.embed_tokens.weight"
+	if c.TieEmbeddings && !d.bf16 && !m.adapted("model.embed_tokens") {
+		// The head is the embedding matrix, [vocab, hidden] as a projection is stored: the
+		// decoder reads the embeddings' copy, not a second one.
+		d.head, d.headBF16 = d.emb, nil
+	} else {
+		head := "lm_head.weight"
+		if c.TieEmbeddings {
+			head = "model.embed_tokens.weight"
+		}
+		if c.TieEmbeddings && !d.bf16 {
+			d.head = nil // a buffer of its own, not the embeddings'
+		}
+		proj(&d.head, &d.headBF16, hid, []string{head}, []int{c.VocabSize})
 	}
-	proj(&d.head, hid, []string{head}, []int{c.VocabSize})
 	if len(d.layers) != c.Layers {
 		d.layers = make([]hostLayer, c.Layers)
 	}
+	if d.bf16 && len(d.layersBF16) != c.Layers {
+		d.layersBF16 = make([]hostLayerBF16, c.Layers)
+	}
+	var none hostLayerBF16 // the bfloat16 buffers of a float32 model: never used
 	for l := range d.layers {
 		pre := fmt.Sprintf("model.layers.%d.", l)
-		ly := &d.layers[l]
+		ly, lb := &d.layers[l], &none
+		if d.bf16 {
+			lb = &d.layersBF16[l]
+		}
 		vec(&ly.inNorm, pre+"input_layernorm.weight")
 		vec(&ly.postNorm, pre+"post_attention_layernorm.weight")
-		proj(&ly.qkv, hid, []string{pre + "self_attn.q_proj.weight", pre + "self_attn.k_proj.weight", pre + "self_attn.v_proj.weight"},
+		proj(&ly.qkv, &lb.qkv, hid, []string{pre + "self_attn.q_proj.weight", pre + "self_attn.k_proj.weight", pre + "self_attn.v_proj.weight"},
 			[]int{qd, kvd, kvd})
-		ly.qkvBias = ly.qkvBias[:0]
 		if c.AttentionBias {
-			var q, k, v []float32
-			vec(&q, pre+"self_attn.q_proj.bias")
-			vec(&k, pre+"self_attn.k_proj.bias")
-			vec(&v, pre+"self_attn.v_proj.bias")
-			ly.qkvBias = append(append(append(ly.qkvBias, q...), k...), v...)
-		}
-		if len(ly.qkvBias) == 0 {
+			bias := []string{pre + "self_attn.q_proj.bias", pre + "self_attn.k_proj.bias", pre + "self_attn.v_proj.bias"}
+			if d.part = ""; err == nil && !d.unchanged(m, bias...) {
+				ly.qkvBias = ly.qkvBias[:0]
+				for _, name := range bias {
+					var b []float32
+					if err == nil {
+						err = d.readVector(m, &b, name)
+					}
+					ly.qkvBias = append(ly.qkvBias, b...)
+				}
+			}
+		} else {
 			ly.qkvBias = nil
 		}
 		if c.QKNorm {
 			vec(&ly.qNorm, pre+"self_attn.q_norm.weight")
 			vec(&ly.kNorm, pre+"self_attn.k_norm.weight")
 		}
-		proj(&ly.o, qd, []string{pre + "self_attn.o_proj.weight"}, []int{hid})
+		proj(&ly.o, &lb.o, qd, []string{pre + "self_attn.o_proj.weight"}, []int{hid})
 		if c.OutputBias {
 			vec(&ly.oBias, pre+"self_attn.o_proj.bias")
 		}
-		proj(&ly.gateUp, hid, []string{pre + "mlp.gate_proj.weight", pre + "mlp.up_proj.weight"}, []int{inter, inter})
-		proj(&ly.down, inter, []string{pre + "mlp.down_proj.weight"}, []int{hid})
+		proj(&ly.gateUp, &lb.gateUp, hid, []string{pre + "mlp.gate_proj.weight", pre + "mlp.up_proj.weight"}, []int{inter, inter})
+		proj(&ly.down, &lb.down, inter, []string{pre + "mlp.down_proj.weight"}, []int{hid})
 	}
 	return err
+}
+
+// withAdapters returns the names of the projections' weights and, for those with a LoRA
+// adapter (merged into the decoder's copy), of its two matrices.
+func (d *hostDecoder) withAdapters(m *Model, names []string) []string {
+	all := names
+	for _, name := range names {
+		if module := strings.TrimSuffix(name, ".weight"); m.adapted(module) {
+			all = append(all[:len(all):len(all)], module+".lora_A.weight", module+".lora_B.weight")
+		}
+	}
+	return all
+}
+
+// unchanged says whether the snapshot's current part (d.part) read every named weight from the
+// tensor its variable holds now; if so it records them as read again (see current), and the part they make needs
+// no update.
+func (d *hostDecoder) unchanged(m *Model, names ...string) bool {
+	for _, name := range names {
+		if t, ok := d.read[d.part+name]; !ok || !d.holds(m, name, t) {
+			return false
+		}
+	}
+	for _, name := range names {
+		d.names, d.srcs = append(d.names, name), append(d.srcs, d.read[d.part+name])
+	}
+	return true
 }
 
 // source returns the tensor holding the named weight and records it as read by the snapshot.
@@ -235,11 +287,23 @@ func (d *hostDecoder) source(m *Model, name string) (*tensors.Tensor, error) {
 	if err != nil {
 		return nil, fmt.Errorf("reading %q: %w", name, err)
 	}
-	if t.DType() != dtypes.Float32 {
-		return nil, fmt.Errorf("reading %q: %s, want float32", name, t.DType())
-	}
 	d.names, d.srcs = append(d.names, name), append(d.srcs, t)
-	return t, nil
+	d.read[d.part+name] = t // the variable's own value: unchanged() compares against it
+	switch t.DType() {
+	case dtypes.Float32:
+		d.loadedBytes += int64(4 * t.Size())
+		return t, nil
+	case dtypes.BFloat16:
+		// A LoRA model's frozen base held in bfloat16: widened exactly, one tensor at a time,
+		// so the decoder computes what the training graphs compute from the same weights.
+		d.loadedBytes += int64(2 * t.Size())
+		w, err := tensorFloat32s(t)
+		if err != nil {
+			return nil, fmt.Errorf("reading %q: %w", name, err)
+		}
+		return tensors.FromFlatDataAndDimensions(w, t.Shape().Dimensions...), nil
+	}
+	return nil, fmt.Errorf("reading %q: %s, want float32 or bfloat16", name, t.DType())
 }
 
 // readVector copies the named weight into *dst (resized).
@@ -249,6 +313,7 @@ func (d *hostDecoder) readVector(m *Model, dst *[]float32, name string) error {
 		return err
 	}
 	*dst = grow(*dst, t.Size())
+	d.storedBytes += int64(4 * t.Size())
 	return tensors.ConstFlatData(t, func(src []float32) { copy(*dst, src) })
 }
 
@@ -261,6 +326,7 @@ func (d *hostDecoder) readProjections(m *Model, dst *[]float32, in int, names []
 		total += o
 	}
 	*dst = grow(*dst, in*total)
+	d.storedBytes += int64(4 * in * total)
 	col := 0
 	for p, name := range names {
 		t, err := d.source(m, name)
@@ -280,8 +346,47 @@ func (d *hostDecoder) readProjections(m *Model, dst *[]float32, in int, names []
 		}
 		col += outs[p]
 	}
-	if d.bf16 {
-		d.parallel(len(*dst), func(_, lo, hi int) { cpu.RoundToBF16((*dst)[lo:hi], (*dst)[lo:hi]) })
+	return nil
+}
+
+// readProjectionsBF16 is readProjections into bfloat16 values for a model computing in
+// bfloat16: each weight rounded to the nearest bfloat16 as it is read, one pass over the
+// trainer's float32 weights, no float32 copy.
+func (d *hostDecoder) readProjectionsBF16(m *Model, dst *[]uint16, in int, names []string, outs []int) error {
+	total := 0
+	for _, o := range outs {
+		total += o
+	}
+	if cap(*dst) < in*total {
+		*dst = make([]uint16, in*total)
+	}
+	*dst = (*dst)[:in*total]
+	d.storedBytes += int64(2 * in * total)
+	col := 0
+	for p, name := range names {
+		t, err := d.source(m, name)
+		if err != nil {
+			return err
+		}
+		if t.Size() != outs[p]*in {
+			return fmt.Errorf("tensor %q has shape %s, want [%d, %d]", name, t.Shape(), outs[p], in)
+		}
+		part := (*dst)[col*in : (col+outs[p])*in]
+		narrow := func(w []float32) {
+			d.parallel(len(part), func(_, lo, hi int) { rowNarrowBF16(part[lo:hi], w[lo:hi]) })
+		}
+		if module := strings.TrimSuffix(name, ".weight"); m.adapted(module) {
+			var w []float32
+			if w, err = d.merged(m, t, module); err == nil {
+				narrow(w)
+			}
+		} else {
+			err = tensors.ConstFlatData(t, narrow)
+		}
+		if err != nil {
+			return fmt.Errorf("reading %q: %w", name, err)
+		}
+		col += outs[p]
 	}
 	return nil
 }
@@ -291,20 +396,27 @@ func (d *hostDecoder) readProjections(m *Model, dst *[]float32, in int, names []
 // applied on the fly would add two thin products per projection and step). The adapters are
 // recorded as read, so that a train step that changes them makes the snapshot stale.
 func (d *hostDecoder) placeMerged(m *Model, dst []float32, t *tensors.Tensor, module string, in, total, col, out int) error {
-	for _, ab := range []string{".lora_A.weight", ".lora_B.weight"} {
-		if _, err := d.source(m, module+ab); err != nil {
-			return err
-		}
-	}
-	w, err := tensors.CopyFlatData[float32](t)
+	w, err := d.merged(m, t, module)
 	if err != nil {
-		return err
-	}
-	if w, err = m.mergedProjection(module, w); err != nil {
 		return err
 	}
 	d.placeProjection(dst, w, in, total, col, out)
 	return nil
+}
+
+// merged returns the projection module's weight t with its LoRA adapter merged in, in fresh
+// memory, the adapters recorded as read.
+func (d *hostDecoder) merged(m *Model, t *tensors.Tensor, module string) ([]float32, error) {
+	for _, ab := range []string{".lora_A.weight", ".lora_B.weight"} {
+		if _, err := d.source(m, module+ab); err != nil {
+			return nil, err
+		}
+	}
+	w, err := tensors.CopyFlatData[float32](t)
+	if err != nil {
+		return nil, err
+	}
+	return m.mergedProjection(module, w)
 }
 
 // placeProjection writes w ([out, in]) into dst at output column col of total (see
@@ -366,7 +478,7 @@ func parallelFor(workers, n int, fn func(worker, lo, hi int)) {
 // with the number of rows of the call; see rowmatmul.go).
 // With bf16 the weights are rounded already; x is rounded into a scratch first and the
 // product rounded in place.
-// wb, when not nil, is W as bfloat16 values (see packBF16), read instead of w.
+// wb, when not nil, is W as bfloat16 values (see hostLayerBF16), read instead of w.
 func (d *hostDecoder) matMul(out []float32, w []float32, wb []uint16, x []float32, rows, outDim, inDim int) {
 	if d.bf16 {
 		d.xb = grow(d.xb, rows*inDim)

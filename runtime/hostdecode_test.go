@@ -311,7 +311,7 @@ func BenchmarkGRPOSampling(b *testing.B) {
 }
 
 // TestHostBF16WeightsSameBits: for a model computing in bfloat16 the decoder reads its
-// projections and head as bfloat16 values (packBF16); the samples are those of the float32
+// projections and head as bfloat16 values (hostLayerBF16); the samples are those of float32
 // copies of the same values, bit for bit.
 func TestHostBF16WeightsSameBits(t *testing.T) {
 	cfg, _ := BuiltinConfig("bench")
@@ -337,7 +337,7 @@ func TestHostBF16WeightsSameBits(t *testing.T) {
 	if s.host.layersBF16 == nil || s.host.headBF16 == nil {
 		t.Fatal("the decoder of a bfloat16 model did not pack its weights")
 	}
-	s.host.layersBF16, s.host.headBF16 = nil, nil // the float32 copies from now on
+	s.host.widenBF16() // float32 copies of the same values from now on
 	wide, err := s.Generate(prompts, opt)
 	if err != nil {
 		t.Fatal(err)
@@ -345,4 +345,22 @@ func TestHostBF16WeightsSameBits(t *testing.T) {
 	if !reflect.DeepEqual(packed, wide) {
 		t.Fatalf("bfloat16 weights: %v, their float32 copies: %v", packed, wide)
 	}
+}
+
+// widenBF16 replaces the decoder's bfloat16 projections and head by float32 copies of their
+// values (which it then reads as it does a float32 model's).
+func (d *hostDecoder) widenBF16() {
+	widen := func(b []uint16) []float32 {
+		w := make([]float32, len(b))
+		for i, v := range b {
+			w[i] = math.Float32frombits(uint32(v) << 16)
+		}
+		return w
+	}
+	for l := range d.layers {
+		ly, lb := &d.layers[l], d.layersBF16[l]
+		ly.qkv, ly.o, ly.gateUp, ly.down = widen(lb.qkv), widen(lb.o), widen(lb.gateUp), widen(lb.down)
+	}
+	d.head = widen(d.headBF16)
+	d.layersBF16, d.headBF16 = nil, nil
 }

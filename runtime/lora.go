@@ -42,10 +42,13 @@ const (
 type LoRAConfig struct {
 	Rank    int
 	Alpha   float64
-	Dropout float64  // PEFT's lora_dropout; only 0 is implemented (see Validate)
+	Dropout float64  // PEFT's lora_dropout, in training only (lora_dropout.go)
 	Targets []string // module names of LoRAModules, or LoRAAllLinear
 	Init    string   // LoRAInitKaiming ("" too) or LoRAInitGaussian
 	RSLoRA  bool     // scale alpha/√r instead of alpha/r
+	// BaseDType is the dtype the frozen base's matrices are held in: LoRABaseStored (""),
+	// LoRABaseBFloat16 or LoRABaseFloat32 (lora_base.go).
+	BaseDType string
 }
 
 // Validate checks the configuration.
@@ -59,11 +62,6 @@ func (c LoRAConfig) Validate() error {
 	if !(c.Dropout >= 0 && c.Dropout < 1) {
 		return fmt.Errorf("lora: dropout %v: want 0 ≤ dropout < 1", c.Dropout)
 	}
-	if c.Dropout != 0 {
-		// Dropout needs a random mask per step that a resumed run reproduces; until the
-		// trainer carries such a stream it is refused rather than silently ignored.
-		return fmt.Errorf("lora: dropout %v: only 0 is supported (adapter dropout is not implemented)", c.Dropout)
-	}
 	if len(c.Targets) == 0 {
 		return errors.New("lora: no targets: name modules among " + strings.Join(LoRAModules, ", ") + " or \"all-linear\"")
 	}
@@ -76,6 +74,11 @@ func (c LoRAConfig) Validate() error {
 	case "", LoRAInitKaiming, LoRAInitGaussian:
 	default:
 		return fmt.Errorf("lora: init %q: want %q or %q", c.Init, LoRAInitKaiming, LoRAInitGaussian)
+	}
+	switch c.BaseDType {
+	case LoRABaseStored, LoRABaseBFloat16, LoRABaseFloat32:
+	default:
+		return fmt.Errorf("lora: base_dtype %q: want %q or %q (absent: the stored dtype)", c.BaseDType, LoRABaseBFloat16, LoRABaseFloat32)
 	}
 	return nil
 }
@@ -106,6 +109,7 @@ type loraState struct {
 	modules map[string]bool // targeted module names ("q_proj", ...)
 	params  []Param         // A and B of every targeted projection, layer by layer
 	base    string          // base_model_name_or_path of saved adapters ("": the model's source)
+	seed    uint64          // AddLoRA's seed, which also keys the dropout masks
 }
 
 // SetAdapterBase sets what saved adapters name as their base model (a directory or hub id);
@@ -141,7 +145,7 @@ func (m *Model) project(x *Node, w func(string) *Node, module string) *Node {
 	if !m.adapted(module) {
 		return y
 	}
-	low := m.linear(x, w(module+".lora_A.weight")) // [..., r]
+	low := m.linear(m.adapterInput(x, module), w(module+".lora_A.weight")) // [..., r]
 	return Add(y, MulScalar(m.linear(low, w(module+".lora_B.weight")), m.lora.scale))
 }
 
@@ -195,7 +199,7 @@ func (m *Model) AddLoRA(cfg LoRAConfig, seed uint64) error {
 	if m.lora != nil {
 		return errors.New("lora: the model already has adapters")
 	}
-	st := &loraState{cfg: cfg, scale: cfg.Scale(), modules: map[string]bool{}, params: adapterParamList(m.Config, cfg)}
+	st := &loraState{cfg: cfg, scale: cfg.Scale(), modules: map[string]bool{}, params: adapterParamList(m.Config, cfg), seed: seed}
 	for _, k := range cfg.Modules() {
 		st.modules[k] = true
 	}
@@ -222,7 +226,7 @@ func (m *Model) AddLoRA(cfg LoRAConfig, seed uint64) error {
 		m.Variable(p.Name).SetTrainable(p.Name == "score.weight")
 	}
 	m.lora = st
-	return nil
+	return m.holdBase(cfg.BaseDType)
 }
 
 // setAdapterVar sets (creating it if needed) the variable of adapter p, trainable.

@@ -199,12 +199,28 @@ func dotGeneralGrad(node *Node, vjpOutputs []*Node, outputShape shapes.Shape) []
 	vLhsCross := iotaFrom(nb, nlc)
 	vRhsCross := iotaFrom(nb+nlc, nrc)
 	dLhs := operandGrad(v, lhs.Rank(), axes.lhsContracting, axes.lhsBatch, vRhsCross,
-		rhs, axes.rhsContracting, axes.rhsBatch)
+		rewiden(rhs), axes.rhsContracting, axes.rhsBatch)
 	// For the rhs the roles swap: the result of contracting v over the lhs cross axes has the
 	// rhs cross axes first.
 	dRhs := operandGrad(v, rhs.Rank(), axes.rhsContracting, axes.rhsBatch, vLhsCross,
-		lhs, axes.lhsContracting, axes.lhsBatch)
+		rewiden(lhs), axes.lhsContracting, axes.lhsBatch)
 	return []*Node{dLhs, dRhs}
+}
+
+// rewiden returns, for an operand that widens a narrower tensor (a bfloat16-held frozen
+// weight read by a float32 product, lora_base.go), the same conversion built anew for the
+// backward pass: the forward's widened copy is then freed after the forward product instead
+// of living until the backward one, and the narrow tensor, half its size, is what stays.
+// Any other operand is returned as is.
+func rewiden(x *Node) *Node {
+	if x.Type() != NodeTypeConvertDType {
+		return x
+	}
+	in := x.Inputs()[0]
+	if in.DType().Size() >= x.DType().Size() {
+		return x
+	}
+	return ConvertDType(in, x.DType())
 }
 
 // dotGrad is the gradient of graph.Dot (vector·vector, matrix·vector, matrix·matrix).

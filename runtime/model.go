@@ -66,6 +66,10 @@ type Model struct {
 	// (WithoutAdapters), not a second copy of the weights.
 	lora        *loraState
 	adaptersOff bool
+	// dropping marks a trainer's view of a model with adapter dropout, and dropDraw is the
+	// dropout counter of the graph being built through it (lora_dropout.go).
+	dropping bool
+	dropDraw *Node
 }
 
 // ParseComputeDType maps a recipe's model.dtype to a ComputeDType: "float32" (or "") and
@@ -262,7 +266,7 @@ func (m *Model) weight(ctx *context.Context, g *Graph, name string) *Node {
 	if v == nil {
 		panic(fmt.Errorf("model tensor %q not found in context scope %q", name, scope))
 	}
-	return v.ValueGraph(g)
+	return graphValue(v, g) // under FSDP, the weight gathered from the devices' shards (fsdp.go)
 }
 
 // kvCache is the attention state of earlier positions, per layer: keys [batch, kvHeads, past,
@@ -314,6 +318,7 @@ func (m *Model) forward(ctx *context.Context, tokens, positions, bias *Node, pas
 func (m *Model) decoder(ctx *context.Context, tokens, positions, bias *Node, past *kvCache, checkpoint bool) (*Node, kvCache) {
 	c := m.Config
 	g := tokens.Graph()
+	m = m.withDropoutDraw(ctx, g) // a trainer's graph with adapter dropout (lora_dropout.go)
 	seq := tokens.Shape().Dimensions[1]
 	if tokens.DType() != dtypes.Int32 {
 		tokens = ConvertDType(tokens, dtypes.Int32)
@@ -345,7 +350,9 @@ func (m *Model) decoder(ctx *context.Context, tokens, positions, bias *Node, pas
 	kRot := ropeTables(positions, c.RopeInvFreq())
 	rot := ropes{q: kRot.scaled(1 / math.Sqrt(float64(c.HeadDim()))), k: kRot}
 
-	x := Gather(m.weight(ctx, g, "model.embed_tokens.weight"), InsertAxes(tokens, -1))
+	// A LoRA model's frozen embeddings may be held in bfloat16 (lora_base.go): the gathered
+	// rows widen exactly, the activations are float32.
+	x := ConvertDType(Gather(m.weight(ctx, g, "model.embed_tokens.weight"), InsertAxes(tokens, -1)), dtypes.Float32)
 	var present kvCache
 	for l := range c.Layers {
 		pre := fmt.Sprintf("model.layers.%d.", l)
@@ -376,14 +383,16 @@ func (m *Model) decoder(ctx *context.Context, tokens, positions, bias *Node, pas
 // layerParams lists the names of the tensors of the decoder layer whose names start with pre.
 func (m *Model) layerParams(pre string) []string {
 	var names []string
-	for _, p := range m.params {
+	// The adapters of the layer are its weights too: a checkpointed layer must hand them to
+	// its recomputation, or their gradients would be lost. They come first: Checkpoint ties
+	// its input's gradient to its first weight, which must be one that trains (a LoRA
+	// model's base is frozen, and so are the embeddings that feed layer 0).
+	for _, p := range m.activeAdapterParams() {
 		if strings.HasPrefix(p.Name, pre) {
 			names = append(names, p.Name)
 		}
 	}
-	// The adapters of the layer are its weights too: a checkpointed layer must hand them to
-	// its recomputation, or their gradients would be lost.
-	for _, p := range m.activeAdapterParams() {
+	for _, p := range m.params {
 		if strings.HasPrefix(p.Name, pre) {
 			names = append(names, p.Name)
 		}

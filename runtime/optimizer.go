@@ -58,7 +58,10 @@ func clipCoefficient(norm *Node, maxNorm float64) *Node {
 }
 
 // globalNorm is sqrt(Σ over all tensors of Σ g²).
-func globalNorm(grads []*Node) *Node {
+func globalNorm(grads []*Node) *Node { return Sqrt(sumOfSquares(grads)) }
+
+// sumOfSquares is Σ over all tensors of Σ g² (under FSDP, of a device's shards: see fsdp.go).
+func sumOfSquares(grads []*Node) *Node {
 	var sum *Node
 	for _, g := range grads {
 		s := ReduceAllSum(Square(g))
@@ -68,5 +71,5 @@ func globalNorm(grads []*Node) *Node {
 			sum = Add(sum, s)
 		}
 	}
-	return Sqrt(sum)
+	return sum
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/gomlx/gomlx/pkg/core/dtypes"
 	"github.com/gomlx/gomlx/pkg/core/graph"
 	"github.com/gomlx/gomlx/pkg/core/tensors"
 	"github.com/gomlx/gomlx/pkg/ml/context"
@@ -65,7 +66,7 @@ func variableValues(v *context.Variable, owner, name string) ([]float32, error) 
 	if err != nil {
 		return nil, fmt.Errorf("reading %q: %w", name, err)
 	}
-	return tensors.CopyFlatData[float32](t)
+	return tensorFloat32s(t) // a LoRA model's frozen base may be held in bfloat16 (lora_base.go)
 }
 
 // setParamValue sets owner's tensor name, listed in params, to data (row-major, float32): into
@@ -80,6 +81,9 @@ func setParamValue(params []Param, v *context.Variable, owner, name string, data
 		return fmt.Errorf("tensor %q: %d values for shape %v", name, len(data), shape)
 	}
 	t := tensors.FromFlatDataAndDimensions(data, shape...)
+	if v != nil && v.Shape().DType == dtypes.BFloat16 {
+		t = bf16Tensor(data, shape) // a frozen base held in bfloat16 stays so (lora_base.go)
+	}
 	if v == nil {
 		create(t)
 		return nil

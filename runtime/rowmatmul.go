@@ -15,13 +15,13 @@ import "fmt"
 // rowMatMul sets out[r·outDim+j] = x_r·w_j for x [rows, inDim] and w [outDim, inDim], the
 // output columns split across workers.
 func rowMatMul(workers int, out, w, x []float32, rows, outDim, inDim int) {
-	parallelFor(rowParts(workers, rows, outDim, inDim), outDim, func(_, lo, hi int) { rowMatMulSpan(out, outDim, w, x, rows, inDim, lo, hi, false) })
+	parallelFor(rowParts(workers, rows, outDim, inDim), outDim, func(_, lo, hi int) { rowMatMulSpan(out, outDim, w, x, rows, inDim, lo, hi, kernelBest) })
 }
 
 // rowMatMulBF16 is rowMatMul with w holding bfloat16 values: the same bits as rowMatMul on the
 // weights widened to float32, reading half the bytes.
 func rowMatMulBF16(workers int, out []float32, w []uint16, x []float32, rows, outDim, inDim int) {
-	parallelFor(rowParts(workers, rows, outDim, inDim), outDim, func(_, lo, hi int) { rowMatMulSpanBF16(out, outDim, w, x, rows, inDim, lo, hi, false) })
+	parallelFor(rowParts(workers, rows, outDim, inDim), outDim, func(_, lo, hi int) { rowMatMulSpanBF16(out, outDim, w, x, rows, inDim, lo, hi, kernelBest) })
 }
 
 // rowParts is the number of spans of output columns: at least 64 weight rows each, so that
@@ -43,23 +43,35 @@ func checkRowMatMul(out []float32, ldo int, lenW int, x []float32, rows, k, j1 i
 	}
 }
 
+// The kernels rowMatMulSpan can be limited to (tests compare them): the scalar C code, AVX2,
+// and the widest the CPU has (AVX-512 where present).
+const (
+	kernelScalar = 0
+	kernelAVX2   = 1
+	kernelBest   = 2
+)
+
 // rowDotGo is one output of rowMatMul computed in Go, in the kernel's order of summation (see
-// rowmatmul_cgo.go): eight partial sums over k ≡ l (mod 8), reduced pairwise, then the tail.
+// rowmatmul_cgo.go): sixteen partial sums over k ≡ l (mod 16), reduced pairwise, then the tail.
 // Go does not fuse the multiply and add here, so it rounds like the kernels only where no
 // product is inexact; it is the whole kernel of builds without cgo, where it is used for
 // every row alike.
 func rowDotGo(x, w []float32) float32 {
 	k := len(x)
 	w = w[:k]
-	var s [8]float32
-	k8 := k &^ 7
-	for i := 0; i < k8; i += 8 {
-		for l := range 8 {
+	var s [16]float32
+	k16 := k &^ 15
+	for i := 0; i < k16; i += 16 {
+		for l := range 16 {
 			s[l] += x[i+l] * w[i+l]
 		}
 	}
-	r := ((s[0] + s[4]) + (s[2] + s[6])) + ((s[1] + s[5]) + (s[3] + s[7]))
-	for i := k8; i < k; i++ {
+	var a [8]float32
+	for l := range 8 {
+		a[l] = s[l] + s[l+8]
+	}
+	r := ((a[0] + a[4]) + (a[2] + a[6])) + ((a[1] + a[5]) + (a[3] + a[7]))
+	for i := k16; i < k; i++ {
 		r += x[i] * w[i]
 	}
 	return r

@@ -12,7 +12,7 @@ import (
 )
 
 // TestRowMatMulRowIndependent: every output of rowMatMul is the same bits whatever the number
-// of rows in the call, the worker split and the kernel (AVX2 or the scalar code), and within
+// of rows in the call, the worker split and the kernel (AVX-512, AVX2 or the scalar code), and within
 // float32 rounding of a float64 reference; lengths leave remainders after every unrolled part.
 // rowMatMulBF16 gives the bits of rowMatMul on the weights widened from bfloat16.
 func TestRowMatMulRowIndependent(t *testing.T) {
@@ -24,9 +24,9 @@ func TestRowMatMulRowIndependent(t *testing.T) {
 		}
 		return v
 	}
-	for _, k := range []int{1, 7, 8, 9, 31, 64, 131} {
+	for _, k := range []int{1, 7, 15, 16, 17, 33, 64, 131} {
 		for _, n := range []int{1, 3, 8, 11, 37} {
-			const maxRows = 11
+			const maxRows = 19
 			x, w := randVec(maxRows*k), randVec(n*k)
 			alone := make([]float32, maxRows*n)
 			for r := range maxRows {
@@ -43,10 +43,6 @@ func TestRowMatMulRowIndependent(t *testing.T) {
 			}
 			for rows := 1; rows <= maxRows; rows++ {
 				for _, workers := range []int{1, 2, 3} {
-					got := make([]float32, rows*n)
-					parallelFor(workers, n, func(_, lo, hi int) { rowMatMulSpan(got, n, w, x, rows, k, lo, hi, false) })
-					generic := make([]float32, rows*n)
-					rowMatMulSpan(generic, n, w, x, rows, k, 0, n, true)
 					// The bfloat16 kernels on w rounded to bfloat16: the float32 kernels' bits
 					// on the widened weights.
 					bf, wide := make([]uint16, len(w)), make([]float32, len(w))
@@ -54,18 +50,23 @@ func TestRowMatMulRowIndependent(t *testing.T) {
 						bf[i] = uint16(math.Float32bits(v) >> 16)
 						wide[i] = math.Float32frombits(uint32(bf[i]) << 16)
 					}
-					want16, got16, generic16 := make([]float32, rows*n), make([]float32, rows*n), make([]float32, rows*n)
-					rowMatMul(workers, want16, wide, x, rows, n, k)
-					rowMatMulBF16(workers, got16, bf, x, rows, n, k)
-					rowMatMulSpanBF16(generic16, n, bf, x, rows, k, 0, n, true)
-					for i := range got {
-						if math.Float32bits(got[i]) != math.Float32bits(alone[i]) || math.Float32bits(generic[i]) != math.Float32bits(alone[i]) {
-							t.Fatalf("k=%d n=%d rows=%d workers=%d output %d: %v (scalar kernel %v), row alone %v",
-								k, n, rows, workers, i, got[i], generic[i], alone[i])
-						}
-						if math.Float32bits(got16[i]) != math.Float32bits(want16[i]) || math.Float32bits(generic16[i]) != math.Float32bits(want16[i]) {
-							t.Fatalf("k=%d n=%d rows=%d workers=%d output %d: bfloat16 weights %v (scalar kernel %v), widened %v",
-								k, n, rows, workers, i, got16[i], generic16[i], want16[i])
+					want16 := make([]float32, rows*n)
+					rowMatMul(1, want16, wide, x, rows, n, k)
+					for level := range kernelLevels {
+						got, got16 := make([]float32, rows*n), make([]float32, rows*n)
+						parallelFor(workers, n, func(_, lo, hi int) {
+							rowMatMulSpan(got, n, w, x, rows, k, lo, hi, level)
+							rowMatMulSpanBF16(got16, n, bf, x, rows, k, lo, hi, level)
+						})
+						for i := range got {
+							if math.Float32bits(got[i]) != math.Float32bits(alone[i]) {
+								t.Fatalf("k=%d n=%d rows=%d workers=%d kernel %d output %d: %v, row alone %v",
+									k, n, rows, workers, level, i, got[i], alone[i])
+							}
+							if math.Float32bits(got16[i]) != math.Float32bits(want16[i]) {
+								t.Fatalf("k=%d n=%d rows=%d workers=%d kernel %d output %d: bfloat16 weights %v, widened %v",
+									k, n, rows, workers, level, i, got16[i], want16[i])
+							}
 						}
 					}
 				}

@@ -15,6 +15,8 @@ import (
 	"github.com/gomlx/gomlx/pkg/core/shapes"
 	"github.com/gomlx/gomlx/pkg/core/tensors"
 	"github.com/gomlx/gomlx/pkg/ml/context"
+
+	"stx.dev/stx/runtime/cpu"
 )
 
 // SampleOptions configures generation.
@@ -202,8 +204,11 @@ func (s *Sampler) Generate(prompts [][]int32, opt SampleOptions) ([]Sample, erro
 }
 
 // decodesOnHost says whether generation runs on the host decoder: on the CPU backends, except
-// for a model computing in bfloat16 on SimpleGo (see Sampler.simpleGo).
-func (s *Sampler) decodesOnHost() bool { return s.hostDecode && !(s.simpleGo && s.m.MixedPrecision()) }
+// for a model computing in bfloat16 on SimpleGo (see Sampler.simpleGo). A LoRA model whose
+// frozen base is held in bfloat16 decodes there too: the decoder widens the base as it reads it.
+func (s *Sampler) decodesOnHost() bool {
+	return s.hostDecode && !(s.simpleGo && s.m.MixedPrecision())
+}
 
 // DecodesOnHost says whether generation runs on the host decoder, where a Batcher decodes
 // concurrent requests together; elsewhere it runs them one after another.
@@ -439,47 +444,82 @@ func (g *graphDecode) take(at, n int) error {
 	return nil
 }
 
-// sampleScratch holds the buffers of one row's token choice.
+// sampleScratch holds the buffers of one row's token choice. The distribution is computed in
+// float32, as the logits are: each token's e^(logit/T − max) rounded to float32, their sums in
+// float64 (exact to float32 rounding; float64 exponentials over a 151,936-token vocabulary
+// cost about 2.4 ms a row and step, more than the decode step's own work at small batches).
 type sampleScratch struct {
-	logp  []float64 // log-probabilities of the tokens (before truncation)
-	exps  []float64 // exp(logit/T − max): probabilities times sum
-	sum   float64   // Σ exps
-	best  int       // the most likely token (the first of equals)
-	order []int
+	logits []float32 // the row's logits (prepare's argument, read by choose)
+	temp   float32   // the temperature the logits are divided by (1 when greedy)
+	exps   []float32 // e^(logit/T − mx)
+	blocks []float64 // blocks[b]: Σ exps over block b of sampleBlock tokens, summed in order
+	sum    float64   // Σ blocks
+	mx     float32   // max logit/T
+	logSum float64   // log(sum)
+	best   int       // the most likely token (the first of equals)
+	order  []int
 }
+
+// sampleBlock is the number of tokens per partial sum of the draw's search: a draw walks the
+// block sums, then one block, instead of the whole vocabulary.
+const sampleBlock = 256
 
 func newSampleScratch(vocab int) *sampleScratch {
-	return &sampleScratch{logp: make([]float64, vocab), exps: make([]float64, vocab), order: make([]int, vocab)}
+	return &sampleScratch{exps: make([]float32, vocab), blocks: make([]float64, (vocab+sampleBlock-1)/sampleBlock)}
 }
 
-// prepare computes the log-softmax of logits/temperature (of logits when greedy), in float64 so
-// that the choice is deterministic and exact; each exponential is computed once and kept for
-// choose.
+// prepare computes the softmax of logits/temperature (of logits when greedy) in float32,
+// unnormalised (exps, with their block sums and total), for choose.
 func (sc *sampleScratch) prepare(logits []float32, opt SampleOptions) {
-	temp := opt.Temperature
-	if temp == 0 {
-		temp = 1
+	sc.logits, sc.temp = logits, 1
+	if opt.Temperature != 0 {
+		sc.temp = float32(opt.Temperature)
 	}
-	logp, exps := sc.logp[:len(logits)], sc.exps[:len(logits)]
-	mx := math.Inf(-1)
-	for i, l := range logits {
-		logp[i] = float64(l) / temp
-		mx = math.Max(mx, logp[i])
-	}
-	sum := 0.0
-	for i, v := range logp {
-		exps[i] = math.Exp(v - mx)
-		sum += exps[i]
-	}
-	lse := mx + math.Log(sum)
 	best := 0
-	for i := range logp {
-		logp[i] -= lse
-		if logp[i] > logp[best] {
+	for i, l := range logits {
+		if l > logits[best] {
 			best = i
 		}
 	}
-	sc.sum, sc.best = sum, best
+	// Division by a positive temperature is monotone, so the largest logit gives the
+	// largest scaled value.
+	sc.best, sc.mx = best, logits[best]/sc.temp
+	exps := sc.exps[:len(logits)]
+	softmaxExps(exps, logits, sc.temp, sc.mx)
+	sum := 0.0
+	for b := range sc.blocks {
+		part := 0.0
+		for _, e := range exps[b*sampleBlock : min((b+1)*sampleBlock, len(exps))] {
+			part += float64(e)
+		}
+		sc.blocks[b] = part
+		sum += part
+	}
+	sc.sum, sc.logSum = sum, math.Log(sum)
+}
+
+// softmaxExps sets exps[i] = e^(logits[i]/temp − mx) in float32 (mx ≥ every logits[i]/temp),
+// four at a time through the exponential's polynomial (see expPoly4); values below −87 (all
+// but nothing of the probability mass) through cpu.Exp32.
+func softmaxExps(exps, logits []float32, temp, mx float32) {
+	exps, n := exps[:len(logits)], len(logits)
+	i := 0
+	for ; i+4 <= n; i += 4 {
+		x0, x1, x2, x3 := logits[i]/temp-mx, logits[i+1]/temp-mx, logits[i+2]/temp-mx, logits[i+3]/temp-mx
+		if !(x0 >= -87 && x1 >= -87 && x2 >= -87 && x3 >= -87) {
+			exps[i], exps[i+1], exps[i+2], exps[i+3] = cpu.Exp32(x0), cpu.Exp32(x1), cpu.Exp32(x2), cpu.Exp32(x3)
+			continue
+		}
+		exps[i], exps[i+1], exps[i+2], exps[i+3] = expPoly4(x0, x1, x2, x3)
+	}
+	for ; i < n; i++ {
+		exps[i] = cpu.Exp32(logits[i]/temp - mx)
+	}
+}
+
+// logProb is the log-probability of token id under the untruncated distribution.
+func (sc *sampleScratch) logProb(id int) float32 {
+	return float32(float64(sc.logits[id]/sc.temp) - float64(sc.mx) - sc.logSum)
 }
 
 // choose draws the token from the distribution prepare computed, truncated by top-k and
@@ -487,25 +527,38 @@ func (sc *sampleScratch) prepare(logits []float32, opt SampleOptions) {
 func (sc *sampleScratch) choose(opt SampleOptions, rng *rand.Rand) (int32, float32) {
 	best := sc.best
 	if opt.Temperature == 0 {
-		return int32(best), float32(sc.logp[best])
+		return int32(best), sc.logProb(best)
 	}
-	truncate := (opt.TopK > 0 && opt.TopK < len(sc.order)) || (opt.TopP > 0 && opt.TopP < 1)
+	truncate := (opt.TopK > 0 && opt.TopK < len(sc.logits)) || (opt.TopP > 0 && opt.TopP < 1)
 	if !truncate {
+		// The first token whose cumulative sum exceeds u: whole blocks first, then the
+		// block's tokens summed in the order their block sum was, so that the search always
+		// ends in the block it entered.
 		u := rng.Float64() * sc.sum
-		for id, e := range sc.exps {
-			u -= e
-			if u < 0 {
-				return int32(id), float32(sc.logp[id])
+		for b, part := range sc.blocks {
+			if u >= part {
+				u -= part
+				continue
+			}
+			lo := b * sampleBlock
+			acc := 0.0
+			for id, e := range sc.exps[lo:min(lo+sampleBlock, len(sc.logits))] {
+				if acc += float64(e); u < acc {
+					return int32(lo + id), sc.logProb(lo + id)
+				}
 			}
 		}
-		return int32(best), float32(sc.logp[best]) // rounding left u ≥ 0: take the mode
+		return int32(best), sc.logProb(best) // rounding left u ≥ sum: take the mode
 	}
 	// Candidates sorted by probability (ties by id, for determinism), truncated by top-k and top-p.
+	if len(sc.order) != len(sc.logits) {
+		sc.order = make([]int, len(sc.logits))
+	}
 	for i := range sc.order {
 		sc.order[i] = i
 	}
 	slices.SortFunc(sc.order, func(a, b int) int {
-		if la, lb := sc.logp[a], sc.logp[b]; la != lb {
+		if la, lb := sc.logits[a], sc.logits[b]; la != lb {
 			if la > lb {
 				return -1
 			}
@@ -520,7 +573,7 @@ func (sc *sampleScratch) choose(opt SampleOptions, rng *rand.Rand) (int32, float
 	if opt.TopP > 0 && opt.TopP < 1 {
 		cum, target := 0.0, opt.TopP*sc.sum
 		for i := range n {
-			cum += sc.exps[sc.order[i]]
+			cum += float64(sc.exps[sc.order[i]])
 			if cum >= target {
 				n = i + 1
 				break
@@ -529,16 +582,16 @@ func (sc *sampleScratch) choose(opt SampleOptions, rng *rand.Rand) (int32, float
 	}
 	total := 0.0
 	for _, id := range sc.order[:n] {
-		total += sc.exps[id]
+		total += float64(sc.exps[id])
 	}
 	u := rng.Float64() * total
 	chosen := sc.order[n-1]
 	for _, id := range sc.order[:n] {
-		u -= sc.exps[id]
+		u -= float64(sc.exps[id])
 		if u < 0 {
 			chosen = id
 			break
 		}
 	}
-	return int32(chosen), float32(sc.logp[chosen])
+	return int32(chosen), sc.logProb(chosen)
 }

@@ -295,6 +295,11 @@ func TestSamplerFollowsWeightChanges(t *testing.T) {
 			t.Fatalf("a %s hardly changed the log-probs (%.3g): the test cannot tell old weights from new", change.name, gap)
 		}
 		after := generate(s)
+		// The snapshot is updated in place: after SetParam of the final norm, only the norm
+		// is read again.
+		if s.hostDecode && change.name == "SetParam" && s.host.loadedBytes != int64(4*cfg.Hidden) {
+			t.Fatalf("after a SetParam of the final norm the snapshot read %d bytes, want %d", s.host.loadedBytes, 4*cfg.Hidden)
+		}
 		fresh, err := NewSampler(b, m)
 		if err != nil {
 			t.Fatal(err)
@@ -365,6 +370,70 @@ func TestSamplerReusesCaches(t *testing.T) {
 		generate(s, large, opt)
 		if s.kCache != nil || s.vCache != nil {
 			t.Error("caches past the bound were kept")
+		}
+	}
+}
+
+// TestSampleScratchMatchesFloat64: the float32 softmax's log-probabilities are within float32
+// rounding of a float64 log-softmax over a vocabulary of many blocks, and each draw is the
+// token the float64 inverse CDF gives for the same uniform number (draws that fall within
+// rounding of a boundary between two tokens skipped).
+func TestSampleScratchMatchesFloat64(t *testing.T) {
+	const V = 3*sampleBlock + 17
+	rng := rand.New(rand.NewPCG(4, 4))
+	logits := make([]float32, V)
+	for i := range logits {
+		logits[i] = float32(3 * rng.NormFloat64())
+	}
+	logits[V-5] = -100 // a token of no probability in float32
+	for _, temp := range []float64{1, 0.7} {
+		opt := SampleOptions{Temperature: temp}
+		sc := newSampleScratch(V)
+		sc.prepare(logits, opt)
+		ref := make([]float64, V)
+		mx := math.Inf(-1)
+		for i, l := range logits {
+			ref[i] = float64(l) / temp
+			mx = math.Max(mx, ref[i])
+		}
+		sum := 0.0
+		for _, v := range ref {
+			sum += math.Exp(v - mx)
+		}
+		cdf := make([]float64, V)
+		acc := 0.0
+		for i := range ref {
+			acc += math.Exp(ref[i]-mx) / sum
+			cdf[i] = acc
+			ref[i] -= mx + math.Log(sum)
+		}
+		for i := range V {
+			if d := math.Abs(float64(sc.logProb(i)) - ref[i]); d > 1e-6*(1+math.Abs(ref[i])) {
+				t.Fatalf("T=%g token %d: log-prob %v, float64 %v", temp, i, sc.logProb(i), ref[i])
+			}
+		}
+		draws := rand.New(rand.NewPCG(5, 5))
+		us := rand.New(rand.NewPCG(5, 5))
+		compared := 0
+		for range 2000 {
+			u := us.Float64()
+			tok, lp := sc.choose(opt, draws)
+			want, _ := slices.BinarySearchFunc(cdf, u, func(c, u float64) int {
+				if c <= u {
+					return -1
+				}
+				return 1
+			})
+			if near := (want > 0 && u-cdf[want-1] < 1e-6) || cdf[want]-u < 1e-6; near {
+				continue
+			}
+			compared++
+			if int(tok) != want || lp != sc.logProb(want) {
+				t.Fatalf("T=%g u=%v: drew %d (log-prob %v), float64 inverse CDF %d", temp, u, tok, lp, want)
+			}
+		}
+		if compared < 1900 {
+			t.Fatalf("only %d of 2000 draws compared", compared)
 		}
 	}
 }

@@ -21,6 +21,9 @@ type Scorer struct {
 
 // NewScorer prepares forward-only scoring of m on backend.
 func NewScorer(backend backends.Backend, m *Model) (*Scorer, error) {
+	if err := moveToBackend(backend, m.Context()); err != nil { // no host copy left behind (upload.go)
+		return nil, fmt.Errorf("scorer: %w", err)
+	}
 	lp, err := context.NewExec(backend, m.Context(), func(ctx *context.Context, tokens, targets *Node) *Node {
 		h := m.Forward(ctx, tokens)
 		lp, _ := chunkedLogProbsAndEntropy(m.computeDType(), h, m.headWeight(ctx, h.Graph()), targets, m.headChunkRows())

@@ -67,8 +67,9 @@ func NewTrainer[M Weights](backend backends.Backend, m M, loss LossOf[M], cfg Tr
 	if err := cfg.Schedule.Validate(); err != nil {
 		return nil, err
 	}
+	view := trainingView(m) // adapter dropout drops in training graphs only (lora_dropout.go)
 	t := &Trainer{m: m, cfg: cfg, loss: func(ctx *context.Context, batch map[string]*Node) (*Node, map[string]*Node) {
-		return loss(ctx, m, batch)
+		return loss(ctx, view, batch)
 	}}
 	// A LoRA model lists its adapters after the base tensors, which it has frozen: only the
 	// adapters get gradients and optimizer state.
@@ -85,6 +86,9 @@ func NewTrainer[M Weights](backend backends.Backend, m M, loss LossOf[M], cfg Tr
 	}
 	if len(t.trainVar) == 0 {
 		return nil, fmt.Errorf("trainer: the model has no trainable variables")
+	}
+	if err := moveToBackend(backend, m.Context()); err != nil { // no host copy left behind (upload.go)
+		return nil, fmt.Errorf("trainer: %w", err)
 	}
 	var err error
 	if t.accumulate, err = context.NewExec(backend, m.Context(), t.accumulateGraph); err != nil {
@@ -118,8 +122,8 @@ func (t *Trainer) ensureAccumulators() {
 	if t.accVar != nil {
 		return
 	}
-	for _, v := range t.trainVar {
-		t.accVar = append(t.accVar, t.zeros("grad_accum", v))
+	for i := range t.trainVar {
+		t.accVar = append(t.accVar, t.newAccumulator(i)) // sharded under FSDP (fsdp.go)
 	}
 }
 
@@ -151,6 +155,9 @@ func (t *Trainer) lossAndGrads(ctx *context.Context, batchNodes []*Node) (loss *
 	for i, k := range t.keys {
 		batch[k] = batchNodes[i]
 	}
+	// FSDP: the full weights, gathered from the devices' shards, which the model reads (fsdp.go).
+	gathered, release := t.gather(batchNodes[0].Graph())
+	defer release()
 	loss, mets := t.loss(ctx, batch)
 	if loss.Rank() != 0 {
 		panic(fmt.Errorf("trainer: the loss must be a scalar, got shape %s", loss.Shape()))
@@ -170,7 +177,11 @@ func (t *Trainer) lossAndGrads(ctx *context.Context, batchNodes []*Node) (loss *
 	g := loss.Graph()
 	params := make([]*Node, len(t.trainVar))
 	for i, v := range t.trainVar {
-		params[i] = v.ValueGraph(g)
+		if gathered != nil {
+			params[i] = gathered[i]
+		} else {
+			params[i] = v.ValueGraph(g)
+		}
 	}
 	// One device: the gradients; several: also weighted and all-reduced (dataparallel.go).
 	return t.dp.reduce(t.metrics, loss, metrics, params, batchNodes[len(t.keys):])
@@ -196,10 +207,11 @@ func (t *Trainer) applyGraph(ctx *context.Context, in []*Node, withAccumulators 
 			acc.SetValueGraph(ZerosLike(grads[i]))
 		}
 	}
-	norm := globalNorm(grads)
+	norm := t.dp.globalNorm(grads) // FSDP: from the devices' gradient shards
 	coef := clipCoefficient(norm, t.cfg.MaxGradNorm)
 	finite := IsFinite(norm)
-	for i, v := range t.trainVar {
+	for i := range t.trainVar {
+		v := t.weightVar(i) // FSDP: the device's shard
 		p := v.ValueGraph(g)
 		grad := Mul(grads[i], coef)
 		mv, vv := t.mVar[i], t.vVar[i]
@@ -223,7 +235,13 @@ func (t *Trainer) Step(microBatches []map[string]*tensors.Tensor) (StepResult, e
 	if err == nil {
 		args, err = t.deviceParts(args) // one device: unchanged (dataparallel.go)
 	}
+	if err == nil {
+		err = t.loadShards() // FSDP: re-shard weights set from outside (fsdp.go)
+	}
 	if err != nil {
+		return StepResult{}, fmt.Errorf("train step: %w", err)
+	}
+	if err := beforeTrainStep(t.m, t.step); err != nil { // the dropout masks' counter
 		return StepResult{}, fmt.Errorf("train step: %w", err)
 	}
 	res := StepResult{Step: t.step, LR: t.cfg.Schedule.LR(t.step), Metrics: map[string]float64{}}
@@ -262,6 +280,9 @@ func (t *Trainer) Step(microBatches []map[string]*tensors.Tensor) (StepResult, e
 	res.GradNorm = tensors.ToScalar[float64](out[1])
 	addMetrics(out[2:])
 	res.Skipped = math.IsNaN(res.GradNorm) || math.IsInf(res.GradNorm, 0)
+	if err := t.storeShards(); err != nil { // FSDP: the model's variables get the new weights
+		return StepResult{}, fmt.Errorf("train step: %w", err)
+	}
 	// PyTorch's step count advances only when the optimizer steps; the schedule index advances
 	// either way, so a skipped step still consumes its place in the schedule.
 	t.step++

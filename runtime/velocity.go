@@ -209,7 +209,7 @@ func (m *VelocityModel) weight(ctx *context.Context, g *Graph, name string) *Nod
 	if v == nil {
 		panic(fmt.Errorf("velocity model: variable %q not found", name))
 	}
-	return v.ValueGraph(g)
+	return graphValue(v, g) // under FSDP, the weight gathered from the devices' shards (fsdp.go)
 }
 
 func silu(x *Node) *Node { return Mul(x, Sigmoid(x)) }

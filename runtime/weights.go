@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/gomlx/gomlx/pkg/core/tensors"
 	"github.com/gomlx/gomlx/pkg/ml/context"
 	"stx.dev/stx/internal/plainfile"
 	"stx.dev/stx/runtime/safetensors"
@@ -40,7 +41,14 @@ func OpenModel(spec string, seed uint64) (*Model, error) {
 // dtype are converted to float32, and SaveHF writes each tensor back in its file's dtype;
 // missing tensors, wrong shapes, non-float dtypes and unexpected tensors are errors. The
 // config and then the safetensors headers are checked before any weight is read.
-func LoadModel(dir string) (*Model, error) {
+func LoadModel(dir string) (*Model, error) { return loadModel(dir, nil) }
+
+// heldTensor, when it returns a tensor, is what a tensor's variable holds instead of the
+// file's values widened to float32 (a LoRA model's frozen base kept in bfloat16, lora_base.go).
+type heldTensor func(p Param, t safetensors.Tensor) (*tensors.Tensor, error)
+
+// loadModel is LoadModel with the tensors that hold picks held as it says.
+func loadModel(dir string, hold heldTensor) (*Model, error) {
 	cfg, err := ReadHFConfig(dir)
 	if err != nil {
 		return nil, err
@@ -60,7 +68,7 @@ func LoadModel(dir string) (*Model, error) {
 		return nil, fmt.Errorf("loading model %s: %w", dir, err)
 	}
 	m := newEmptyModel(context.New(), "", cfg)
-	if err := m.setFromTensors(ts, true); err != nil {
+	if err := m.setFromTensors(ts, true, hold); err != nil {
 		return nil, fmt.Errorf("loading model %s: %w", dir, err)
 	}
 	m.source = dir
@@ -91,7 +99,7 @@ func (m *Model) LoadWeights(dir string) error {
 	if err != nil {
 		return fmt.Errorf("loading weights from %s: %w", dir, err)
 	}
-	if err := m.setFromTensors(ts, true); err != nil {
+	if err := m.setFromTensors(ts, true, nil); err != nil {
 		return fmt.Errorf("loading weights from %s: %w", dir, err)
 	}
 	return nil
@@ -112,7 +120,7 @@ func (c Config) sameShapes(o Config) error {
 
 // setFromTensors assigns every model tensor from ts. With strict, tensors that the model does
 // not have are an error, except rotary inv_freq buffers and a tied model's lm_head copy.
-func (m *Model) setFromTensors(ts map[string]safetensors.Tensor, strict bool) error {
+func (m *Model) setFromTensors(ts map[string]safetensors.Tensor, strict bool, hold heldTensor) error {
 	want := map[string]bool{}
 	for _, p := range m.params {
 		want[p.Name] = true
@@ -126,6 +134,26 @@ func (m *Model) setFromTensors(ts map[string]safetensors.Tensor, strict bool) er
 		if !t.DType.IsFloat() {
 			return fmt.Errorf("tensor %q has dtype %s, want a float type (F32, F16, BF16, F64)", p.Name, t.DType)
 		}
+		if m.dtypes == nil {
+			m.dtypes = map[string]safetensors.DType{}
+		}
+		if hold != nil {
+			ht, err := hold(p, t)
+			if err != nil {
+				return err
+			}
+			if ht != nil {
+				m.setHeld(p.Name, ht)
+				m.dtypes[p.Name] = t.DType
+				continue
+			}
+		}
+		if done, err := m.decodeParam(p, t); err != nil { // BF16 and F32 without a copy (weights_decode.go)
+			return err
+		} else if done {
+			m.dtypes[p.Name] = t.DType
+			continue
+		}
 		data, err := t.Float32s()
 		if err != nil {
 			return fmt.Errorf("tensor %q: %w", p.Name, err)
@@ -137,9 +165,6 @@ func (m *Model) setFromTensors(ts map[string]safetensors.Tensor, strict bool) er
 		}
 		if err := m.SetParam(p.Name, data); err != nil {
 			return err
-		}
-		if m.dtypes == nil {
-			m.dtypes = map[string]safetensors.DType{}
 		}
 		m.dtypes[p.Name] = t.DType
 	}

@@ -27,6 +27,7 @@ type Rollout struct {
 	Attempts       int      `json:"attempts"`
 	ShardRows      int      `json:"shard_rows"`
 	WeightsDir     string   `json:"weights_dir,omitempty"`
+	SleepBetween   bool     `json:"sleep_between"`
 }
 
 // Role is one model of a recipe bound to a specialization.
@@ -38,6 +39,7 @@ type Role struct {
 	Pool           string         `json:"pool"`
 	Model          Model          `json:"model"`
 	Devices        []int          `json:"devices,omitempty"`
+	Sharding       string         `json:"sharding,omitempty"` // "", "replicate" or "fsdp"
 	RolloutDevice  *int           `json:"rollout_device,omitempty"`
 	Offload        bool           `json:"offload,omitempty"`
 	Init           map[string]any `json:"init"`
@@ -76,6 +78,8 @@ type LoRA struct {
 	Targets []string `json:"targets,omitempty"`
 	Init    string   `json:"init"`
 	RSLoRA  bool     `json:"rslora"`
+	// BaseDType holds the frozen base in "bfloat16" or "float32" ("": its stored dtype).
+	BaseDType string `json:"base_dtype,omitempty"`
 	// Adapter is a PEFT adapter directory to start from ("": new adapters).
 	Adapter string `json:"adapter,omitempty"`
 }
@@ -160,6 +164,8 @@ type Knobs struct {
 	NSamplesPerPrompt int     `json:"n_samples_per_prompt"`
 	TrainBatchSize    int     `json:"train_batch_size"`
 	MicroBatchSize    int     `json:"micro_batch_size"`
+	Pack              bool    `json:"pack"`
+	PackTokens        int     `json:"pack_tokens"`
 	MaxPromptTokens   int     `json:"max_prompt_tokens"`
 	MaxNewTokens      int     `json:"max_new_tokens"`
 	Temperature       float64 `json:"temperature"`

@@ -12,6 +12,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"stx.dev/stx/runtime"
 )
 
 // fixture is one request and the response SGLang's or vLLM's documentation gives for it
@@ -41,42 +43,66 @@ func TestFixtures(t *testing.T) {
 	}
 	_, ts := tinyServer(t, nil)
 	for _, f := range files {
-		t.Run(strings.TrimSuffix(filepath.Base(f), ".json"), func(t *testing.T) {
-			raw, err := os.ReadFile(f)
-			if err != nil {
-				t.Fatal(err)
-			}
-			var fx fixture
-			dec := json.NewDecoder(bytes.NewReader(raw))
-			dec.DisallowUnknownFields()
-			if err := dec.Decode(&fx); err != nil {
-				t.Fatalf("%s: %v", f, err)
-			}
-			body := []byte(fx.Request)
-			if fx.RawRequest != nil {
-				body = []byte(*fx.RawRequest)
-			}
-			status, got := do(t, ts.URL, fx.Method, fx.Path, body)
-			if status != fx.Status {
-				t.Fatalf("%s %s: status %d, want %d; body %s", fx.Method, fx.Path, status, fx.Status, got)
-			}
-			if fx.ResponseText != nil {
-				if string(got) != *fx.ResponseText {
-					t.Fatalf("body %q, want %q", got, *fx.ResponseText)
-				}
-				return
-			}
-			var want, have any
-			if err := json.Unmarshal(fx.Response, &want); err != nil {
-				t.Fatalf("%s: response: %v", f, err)
-			}
-			if err := json.Unmarshal(got, &have); err != nil {
-				t.Fatalf("response is not JSON: %v: %s", err, got)
-			}
-			for _, e := range match("", want, have) {
-				t.Error(e)
-			}
-		})
+		t.Run(strings.TrimSuffix(filepath.Base(f), ".json"), func(t *testing.T) { runFixture(t, ts.URL, f) })
+	}
+}
+
+// TestSleepFixtures runs the fixtures of testdata/serve/sleep/ in the order of their names,
+// on one server whose state they change: vLLM's sleep mode and SGLang's memory release.
+func TestSleepFixtures(t *testing.T) {
+	files, err := filepath.Glob(filepath.Join("..", "testdata", "serve", "sleep", "*.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(files) < 10 {
+		t.Fatalf("found %d fixtures, want at least 10", len(files))
+	}
+	_, ts := tinyServer(t, func(o *Options) {
+		o.Reload = func() (*runtime.Model, error) { return runtime.OpenModel("tiny", 1) }
+	})
+	for _, f := range files {
+		if !t.Run(strings.TrimSuffix(filepath.Base(f), ".json"), func(t *testing.T) { runFixture(t, ts.URL, f) }) {
+			return // the later fixtures expect this one's state
+		}
+	}
+}
+
+// runFixture sends the request of fixture file f to the server at base and checks the
+// response against it.
+func runFixture(t *testing.T, base, f string) {
+	raw, err := os.ReadFile(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var fx fixture
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&fx); err != nil {
+		t.Fatalf("%s: %v", f, err)
+	}
+	body := []byte(fx.Request)
+	if fx.RawRequest != nil {
+		body = []byte(*fx.RawRequest)
+	}
+	status, got := do(t, base, fx.Method, fx.Path, body)
+	if status != fx.Status {
+		t.Fatalf("%s %s: status %d, want %d; body %s", fx.Method, fx.Path, status, fx.Status, got)
+	}
+	if fx.ResponseText != nil {
+		if string(got) != *fx.ResponseText {
+			t.Fatalf("body %q, want %q", got, *fx.ResponseText)
+		}
+		return
+	}
+	var want, have any
+	if err := json.Unmarshal(fx.Response, &want); err != nil {
+		t.Fatalf("%s: response: %v", f, err)
+	}
+	if err := json.Unmarshal(got, &have); err != nil {
+		t.Fatalf("response is not JSON: %v: %s", err, got)
+	}
+	for _, e := range match("", want, have) {
+		t.Error(e)
 	}
 }
 

@@ -37,7 +37,11 @@ type openaiErrorInfo struct {
 func writeOpenAIError(w http.ResponseWriter, err error) {
 	status := statusOf(err)
 	typ := "BadRequestError"
-	if status != http.StatusBadRequest {
+	switch status {
+	case http.StatusBadRequest:
+	case http.StatusServiceUnavailable:
+		typ = "ServiceUnavailableError"
+	default:
 		typ = "InternalServerError"
 	}
 	writeJSON(w, status, openaiError{Error: openaiErrorInfo{Message: err.Error(), Type: typ, Code: status}})
@@ -221,6 +225,8 @@ func (s *Server) completions(r *http.Request, req *completionRequest) (*completi
 		return nil, badRequest("suffix is not supported by stx serve")
 	case req.Logprobs != nil && *req.Logprobs < 0:
 		return nil, badRequest("`logprobs` must be a positive value.")
+	case req.Logprobs != nil && *req.Logprobs > maxTopLogprobs:
+		return nil, badRequest("Requested sample logprobs of %d, which is greater than max allowed: %d", *req.Logprobs, maxTopLogprobs)
 	}
 	maxNew := vllmMaxTokens
 	if req.MaxTokens != nil {
@@ -229,6 +235,9 @@ func (s *Server) completions(r *http.Request, req *completionRequest) (*completi
 	sp, err := req.sampling(maxNew)
 	if err != nil {
 		return nil, err
+	}
+	if req.Logprobs != nil {
+		sp.topN, sp.topFrom = *req.Logprobs, -1
 	}
 	if req.BestOf != nil && *req.BestOf != sp.n {
 		return nil, badRequest("best_of: stx serve supports only best_of equal to n")
@@ -319,7 +328,16 @@ func (s *Server) completionLogprobs(c completion, asID bool) *completionLogprobs
 		lp.TextOffset = append(lp.TextOffset, offset)
 		lp.TokenLogprobs = append(lp.TokenLogprobs, c.logprobs[t])
 		lp.Tokens = append(lp.Tokens, tok)
-		lp.TopLogprobs = append(lp.TopLogprobs, map[string]float32{tok: c.logprobs[t]})
+		// vLLM's top_logprobs: the sampled token and the N most likely ones (N or N+1 entries).
+		top := map[string]float32{tok: c.logprobs[t]}
+		if t < len(c.top) {
+			for _, a := range c.top[t] {
+				if a.id != id {
+					top[s.tokenString(a.id, asID)] = a.lp
+				}
+			}
+		}
+		lp.TopLogprobs = append(lp.TopLogprobs, top)
 		offset += utf8.RuneCountInString(tok) // vLLM counts Python characters
 	}
 	return lp

@@ -98,8 +98,8 @@ func (s *Server) chat(r *http.Request, req *chatRequest) (*chatResponse, error) 
 	if s.opt.Template == nil || s.opt.Tokenizer == nil {
 		return nil, badRequest("this model has no chat template and tokenizer: use /v1/completions or /generate")
 	}
-	if req.TopLogprobs != nil && *req.TopLogprobs < 0 {
-		return nil, badRequest("top_logprobs must be ≥ 0, got %d", *req.TopLogprobs)
+	if req.TopLogprobs != nil && (*req.TopLogprobs < 0 || *req.TopLogprobs > maxTopLogprobs) {
+		return nil, badRequest("top_logprobs must be in [0, %d], got %d", maxTopLogprobs, *req.TopLogprobs)
 	}
 	if req.ContinueFinalMessage {
 		return nil, badRequest("continue_final_message is not supported by stx serve")
@@ -139,6 +139,9 @@ func (s *Server) chat(r *http.Request, req *chatRequest) (*chatResponse, error) 
 	if err != nil {
 		return nil, err
 	}
+	if req.Logprobs && req.TopLogprobs != nil {
+		sp.topN, sp.topFrom = *req.TopLogprobs, -1
+	}
 	comps, version, err := s.complete(r.Context(), [][]int32{prompt}, []sampling{sp})
 	if err != nil {
 		return nil, err
@@ -159,14 +162,12 @@ func (s *Server) chat(r *http.Request, req *chatRequest) (*chatResponse, error) 
 			content := []chatLogprob{}
 			for t, id := range c.tokens {
 				tok := s.tokenString(id, req.ReturnTokensAsTokenIDs)
-				b := []int{}
-				for _, x := range []byte(tok) {
-					b = append(b, int(x))
-				}
-				e := chatLogprob{Token: tok, Logprob: c.logprobs[t], Bytes: b, TopLogprobs: []chatTopLogprob{}}
-				if req.TopLogprobs != nil && *req.TopLogprobs > 0 {
-					// stx keeps no alternatives: the sampled token is the only entry.
-					e.TopLogprobs = append(e.TopLogprobs, chatTopLogprob{Token: tok, Logprob: c.logprobs[t], Bytes: b})
+				e := chatLogprob{Token: tok, Logprob: c.logprobs[t], Bytes: tokenBytes(tok), TopLogprobs: []chatTopLogprob{}}
+				if t < len(c.top) {
+					for _, a := range c.top[t] {
+						at := s.tokenString(a.id, req.ReturnTokensAsTokenIDs)
+						e.TopLogprobs = append(e.TopLogprobs, chatTopLogprob{Token: at, Logprob: a.lp, Bytes: tokenBytes(at)})
+					}
 				}
 				content = append(content, e)
 			}
@@ -180,4 +181,13 @@ func (s *Server) chat(r *http.Request, req *chatRequest) (*chatResponse, error) 
 	}
 	resp.Usage.TotalTokens = resp.Usage.PromptTokens + resp.Usage.CompletionTokens
 	return resp, nil
+}
+
+// tokenBytes is OpenAI's bytes of a token's text.
+func tokenBytes(tok string) []int {
+	b := []int{}
+	for _, x := range []byte(tok) {
+		b = append(b, int(x))
+	}
+	return b
 }

@@ -23,6 +23,10 @@ type sampling struct {
 	seed        *uint64  // nil: a random seed per sample
 	// scorePrompt asks for the prompt's log-probs (completion.promptLogprobs).
 	scorePrompt bool
+	// topN > 0 asks for the topN most likely tokens of each completion position
+	// (completion.top) and, when topFrom ≥ 0, of the prompt positions from topFrom
+	// (completion.promptTop); toplogprobs.go.
+	topN, topFrom int
 }
 
 // completion is one finished sample.
@@ -34,6 +38,9 @@ type completion struct {
 	// promptLogprobs[t] is log p(prompt[t+1] | prompt[≤t]) under the model (temperature 1),
 	// when the request asked for them.
 	promptLogprobs []float32
+	// top[t] are the most likely tokens where tokens[t] was sampled; promptTop[t] those of
+	// prompt position topFrom+t (nil for position 0, which nothing predicts).
+	top, promptTop [][]alt
 }
 
 // finishReason says why a sample ended.
@@ -126,7 +133,49 @@ func (s *Server) complete(ctx context.Context, prompts [][]int32, sps []sampling
 			k++
 		}
 	}
+	if err := s.addTops(eng, prompts, sps, out); err != nil {
+		return nil, "", err
+	}
 	return out, version, nil
+}
+
+// addTops adds the top-N log-probs to the completions (prompt-major) whose request asked
+// for them, on eng's weights, which sampled them.
+func (s *Server) addTops(eng *engine, prompts [][]int32, sps []sampling, out []completion) error {
+	k := 0
+	for i, sp := range sps {
+		p := prompts[i]
+		for range sp.n {
+			c := &out[k]
+			k++
+			if sp.topN <= 0 {
+				continue
+			}
+			from := len(p)
+			if sp.topFrom >= 0 {
+				from = sp.topFrom
+			}
+			seq := append(append(make([]int32, 0, len(p)+len(c.tokens)), p...), c.tokens...)
+			temp := func(t int) float64 {
+				if t < len(p) {
+					return 1 // the prompt's log-probs are the model's
+				}
+				return sp.temperature
+			}
+			tops, err := eng.topLogprobs(s.opt.Backend, seq, from, sp.topN, temp)
+			if err != nil {
+				return err
+			}
+			if sp.topFrom >= 0 {
+				if from == 0 {
+					c.promptTop = append(c.promptTop, nil)
+				}
+				c.promptTop = append(c.promptTop, tops[:len(p)-max(from, 1)]...)
+			}
+			c.top = tops[len(tops)-len(c.tokens):]
+		}
+	}
+	return nil
 }
 
 // oneSeededBatch reports whether a request samples as one seeded batch: every prompt carries the
@@ -178,6 +227,9 @@ func (s *Server) completeSeeded(eng *engine, prompts [][]int32, sps []sampling, 
 			out = append(out, c)
 			k++
 		}
+	}
+	if err := s.addTops(eng, prompts, sps, out); err != nil {
+		return nil, err
 	}
 	return out, nil
 }

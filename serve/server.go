@@ -42,6 +42,9 @@ type Options struct {
 	WeightVersion string
 	// Log receives warnings (ignored fields) and weight updates; nil: discarded.
 	Log io.Writer
+	// Reload loads the starting weights again, for a server woken up after releasing them
+	// (sleep.go); nil: they cannot be released before a weight update.
+	Reload func() (*runtime.Model, error)
 }
 
 // Server answers the HTTP APIs. Requests hold the weights' read lock while they generate, so a
@@ -51,9 +54,15 @@ type Server struct {
 	cfg runtime.Config
 	log io.Writer
 
-	mu      sync.RWMutex // guards eng and version
-	eng     *engine
+	mu      sync.RWMutex // guards the fields below
+	eng     *engine      // nil while asleep or once closed
 	version string
+	closed  bool
+	// Memory release (sleep.go): asleep, the engine is released; kept is the model when its
+	// weights were kept, source reloads the weights being served.
+	asleep bool
+	kept   *runtime.Model
+	source func() (*runtime.Model, error)
 
 	updateMu sync.Mutex  // one weight update at a time
 	closing  atomic.Bool // shutting down: /health answers 503
@@ -66,6 +75,7 @@ type engine struct {
 	// sampler decodes seeded batches in one call (oneSeededBatch), as stx run's own sampler.
 	sampler *runtime.Sampler
 	scorer  *runtime.Scorer // prompt log-probs (SGLang's logprob_start_len, vLLM's prompt_logprobs)
+	logits  logitsExec      // top-N log-probs (toplogprobs.go), compiled on first use
 	close   func()
 }
 
@@ -80,7 +90,7 @@ func New(opt Options) (*Server, error) {
 	if opt.WeightVersion == "" {
 		opt.WeightVersion = "0"
 	}
-	s := &Server{opt: opt, cfg: opt.Model.Config, log: opt.Log, version: opt.WeightVersion}
+	s := &Server{opt: opt, cfg: opt.Model.Config, log: opt.Log, version: opt.WeightVersion, source: opt.Reload}
 	if s.log == nil {
 		s.log = io.Discard
 	}
@@ -112,6 +122,7 @@ func (s *Server) Close() {
 	s.closing.Store(true)
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.closed, s.kept = true, nil
 	if s.eng != nil {
 		s.eng.close()
 		s.eng = nil
@@ -134,6 +145,7 @@ func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	s.sglangRoutes(mux)
 	s.openaiRoutes(mux)
+	s.sleepRoutes(mux)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusNotFound, openaiError{Error: openaiErrorInfo{
 			Message: fmt.Sprintf("%s %s: no such endpoint", r.Method, r.URL.Path), Type: "NotFoundError", Code: http.StatusNotFound}})
@@ -146,7 +158,11 @@ func (s *Server) Handler() http.Handler {
 func (s *Server) acquire() (eng *engine, version string, release func(), err error) {
 	s.mu.RLock()
 	if s.eng == nil {
+		asleep := s.asleep && !s.closed
 		s.mu.RUnlock()
+		if asleep {
+			return nil, "", nil, errAsleep
+		}
 		return nil, "", nil, errors.New("the server is shutting down")
 	}
 	return s.eng, s.version, s.mu.RUnlock, nil
@@ -161,7 +177,8 @@ func badRequest(format string, args ...any) error {
 	return &requestError{fmt.Sprintf(format, args...)}
 }
 
-// statusOf is 400 for a client mistake, 499 when the client went away, else 500.
+// statusOf is 400 for a client mistake, 499 when the client went away, 503 while asleep,
+// else 500.
 func statusOf(err error) int {
 	var re *requestError
 	switch {
@@ -169,6 +186,8 @@ func statusOf(err error) int {
 		return http.StatusBadRequest
 	case errors.Is(err, context.Canceled):
 		return 499
+	case errors.Is(err, errAsleep):
+		return http.StatusServiceUnavailable
 	}
 	return http.StatusInternalServerError
 }

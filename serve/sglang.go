@@ -270,8 +270,7 @@ type sglangMeta struct {
 	E2ELatency          float64          `json:"e2e_latency"`
 	InputTokenLogprobs  *[]logprobTriple `json:"input_token_logprobs,omitempty"`
 	OutputTokenLogprobs *[]logprobTriple `json:"output_token_logprobs,omitempty"`
-	// With top_logprobs_num > 0: stx keeps no alternatives, so each position's list holds the
-	// sampled token only.
+	// With top_logprobs_num N > 0: each position's N most likely tokens, best first.
 	InputTopLogprobs  *[]any             `json:"input_top_logprobs,omitempty"`
 	OutputTopLogprobs *[][]logprobTriple `json:"output_top_logprobs,omitempty"`
 }
@@ -346,8 +345,11 @@ func (s *Server) generate(r *http.Request, req *generateRequest, start time.Time
 			return nil, false, badRequest("logprob_start_len (%d) must be less than the prompt's length (%d)", startLen[i], len(prompts[i]))
 		}
 		sps[i].scorePrompt = logprob[i] && startLen[i] >= 0
-		if topNum[i] < 0 {
-			return nil, false, badRequest("top_logprobs_num must be ≥ 0, got %d", topNum[i])
+		if topNum[i] < 0 || topNum[i] > maxTopLogprobs {
+			return nil, false, badRequest("top_logprobs_num must be in [0, %d], got %d", maxTopLogprobs, topNum[i])
+		}
+		if logprob[i] && topNum[i] > 0 {
+			sps[i].topN, sps[i].topFrom = topNum[i], startLen[i]
 		}
 	}
 	comps, version, err := s.complete(r.Context(), prompts, sps)
@@ -397,16 +399,24 @@ func (s *Server) generate(r *http.Request, req *generateRequest, start time.Time
 				}
 				o.MetaInfo.InputTokenLogprobs, o.MetaInfo.OutputTokenLogprobs = &in, &outLP
 				if topNum[i] > 0 {
-					// stx keeps no alternatives: each position lists its own token only.
+					// Each position's most likely tokens, best first (null for prompt
+					// position 0, which nothing predicts).
+					triples := func(alts []alt) []logprobTriple {
+						l := make([]logprobTriple, len(alts))
+						for j, a := range alts {
+							l[j] = triple(a.lp, a.id)
+						}
+						return l
+					}
 					inTop := make([]any, len(in))
 					for t := range in {
-						if in[t][0] != nil {
-							inTop[t] = []logprobTriple{in[t]}
+						if alts := c.promptTop[t]; alts != nil {
+							inTop[t] = triples(alts)
 						}
 					}
 					outTop := make([][]logprobTriple, len(outLP))
 					for t := range outLP {
-						outTop[t] = []logprobTriple{outLP[t]}
+						outTop[t] = triples(c.top[t])
 					}
 					o.MetaInfo.InputTopLogprobs, o.MetaInfo.OutputTopLogprobs = &inTop, &outTop
 				}

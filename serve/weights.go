@@ -2,7 +2,6 @@ package serve
 
 import (
 	"fmt"
-	"strconv"
 
 	"stx.dev/stx/runtime"
 )
@@ -15,6 +14,9 @@ import (
 func (s *Server) UpdateWeights(dir, version string) (string, error) {
 	s.updateMu.Lock()
 	defer s.updateMu.Unlock()
+	if s.Sleeping() {
+		return s.updateAsleep(dir, version)
+	}
 	// Read and check the new weights while the old ones serve.
 	m, err := runtime.LoadModel(dir)
 	if err != nil {
@@ -35,13 +37,8 @@ func (s *Server) UpdateWeights(dir, version string) (string, error) {
 	}
 	old := s.eng
 	s.eng = eng
-	switch n, err := strconv.ParseUint(s.version, 10, 63); {
-	case version != "":
-		s.version = version
-	case err == nil:
-		s.version = strconv.FormatUint(n+1, 10)
-	}
-	version = s.version
+	s.source = func() (*runtime.Model, error) { return runtime.LoadModel(dir) }
+	version = s.nextVersion(version)
 	s.mu.Unlock()
 	old.close()
 	fmt.Fprintf(s.log, "stx serve: weights from %s, weight version %s\n", dir, version)

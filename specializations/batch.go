@@ -309,3 +309,31 @@ func shallowCopy(r *rollout.Rollout) *rollout.Rollout {
 	}
 	return &c
 }
+
+// packInto adds the packed layout (runtime.Pack) of the micro-batch's rows, [len(rows), T] in
+// mb, into rows of budget tokens (0: runtime.PackAuto's choice).
+func packInto(mb map[string]*tensors.Tensor, r *rollout.Rollout, rows []int, T, budget int) error {
+	lengths := make([]int, len(rows))
+	for i, row := range rows {
+		lengths[i] = len(r.Tokens[row])
+	}
+	var p *runtime.Packing
+	var err error
+	if budget > 0 {
+		for i, n := range lengths {
+			if n > budget { // named by its row of the mini-batch, which the user can find
+				return fmt.Errorf("row %d has %d tokens, more than pack_tokens %d (raise pack_tokens, or set pack: false)", rows[i], n, budget)
+			}
+		}
+		p, err = runtime.Pack(lengths, T, budget)
+	} else {
+		p, err = runtime.PackAuto(lengths, T)
+	}
+	if err != nil {
+		return err
+	}
+	for k, t := range p.Tensors() {
+		mb[k] = t
+	}
+	return nil
+}

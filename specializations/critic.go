@@ -66,6 +66,9 @@ func values(ctx *context.Context, m *runtime.Model, batch Batch) (*Node, error) 
 	if !m.Config.HasValueHead {
 		return nil, fmt.Errorf("the model has no value head (runtime.Model.AddValueHead)")
 	}
+	if p := runtime.PackedFrom(batch); p != nil {
+		return p.Unpack(m.ValueHead(ctx, m.ForwardPacked(ctx, batch[bTokens], p))), nil
+	}
 	return m.ValueHead(ctx, m.Forward(ctx, batch[bTokens])), nil
 }
 

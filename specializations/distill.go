@@ -412,6 +412,9 @@ func (s *dagger) PrepareBatch(data *rollout.Rollout, opts BatchOptions) ([]map[s
 
 // ExtractModelOutput is the log-probs of the teacher's labels.
 func (s *dagger) ExtractModelOutput(ctx *context.Context, m *runtime.Model, batch Batch) (Output, error) {
+	if p := runtime.PackedFrom(batch); p != nil {
+		return Output{rollout.KeyLogProbs: m.TokenLogProbsPacked(ctx, batch[bTokens], batch[bTeacherIDs], p)}, nil
+	}
 	return Output{rollout.KeyLogProbs: m.TokenLogProbs(ctx, batch[bTokens], batch[bTeacherIDs])}, nil
 }
 

@@ -73,8 +73,17 @@ func (b lmBase) Reducer(batch Batch) loss.Reducer {
 // hidden returns the final hidden states [R,T,d] of the batch's tokens; in a tempered role's
 // batch (bInvTemp) scaled by 1/temperature, so that the head's logits are those of the
 // temperature-scaled distribution (Linear(h/T, W) = logits/T).
+// A packed batch (runtime.Pack: the PrepareBatch option Pack) runs the decoder on its packed
+// rows and returns their hidden states in the [R,T] layout.
 func hidden(ctx *context.Context, m *runtime.Model, batch Batch) *Node {
-	h := m.Forward(ctx, batch[bTokens])
+	if p := runtime.PackedFrom(batch); p != nil {
+		return p.Unpack(tempered(m.ForwardPacked(ctx, batch[bTokens], p), batch))
+	}
+	return tempered(m.Forward(ctx, batch[bTokens]), batch)
+}
+
+// tempered scales hidden states by the batch's 1/temperature, if it has one.
+func tempered(h *Node, batch Batch) *Node {
 	if inv := batch[bInvTemp]; inv != nil {
 		h = Mul(h, ConvertDType(inv, h.DType()))
 	}
@@ -87,13 +96,27 @@ func hidden(ctx *context.Context, m *runtime.Model, batch Batch) *Node {
 // with a real vocabulary, the [R,T,V] logits of a whole batch and their gradient would not fit.
 func headOutputs(ctx *context.Context, m *runtime.Model, batch Batch, inputs []*Node, f runtime.HeadFn) []*Node {
 	in := append([]*Node{batch[bTargets]}, inputs...)
-	return m.Head(ctx, hidden(ctx, m, batch), in, func(z *Node, rows []*Node) []*Node {
+	head := func(z *Node, rows []*Node) []*Node {
 		out := []*Node{runtime.LogProbs(z, rows[0])}
 		if f != nil {
 			out = append(out, f(z, rows[1:])...)
 		}
 		return out
-	})
+	}
+	p := runtime.PackedFrom(batch)
+	if p == nil {
+		return m.Head(ctx, hidden(ctx, m, batch), in, head)
+	}
+	// Packed: the head runs on the packed rows too (at a real vocabulary it costs as much as
+	// the decoder), its per-token inputs packed and its outputs unpacked.
+	for i := range in {
+		in[i] = p.Pack(in[i])
+	}
+	outs := m.Head(ctx, tempered(m.ForwardPacked(ctx, batch[bTokens], p), batch), in, head)
+	for i := range outs {
+		outs[i] = p.Unpack(outs[i])
+	}
+	return outs
 }
 
 // forward returns the target log-probs [R,T]; in a tempered role's batch (bInvTemp) those of
@@ -163,6 +186,11 @@ func (b lmBase) lmBatches(data *rollout.Rollout, opts BatchOptions, unit int,
 	for _, c := range chunks(n/unit, opts.MicroBatchSize) {
 		rows := span(c[0]*unit, c[1]*unit)
 		mb := lmInputs(data, rows, T, opts.Pad)
+		if opts.Pack {
+			if err := packInto(mb, data, rows, T, opts.PackTokens); err != nil {
+				return nil, fmt.Errorf("%s: %w", b.contract.Name, err)
+			}
+		}
 		if extra != nil {
 			if err := extra(mb, rows); err != nil {
 				return nil, fmt.Errorf("%s: %w", b.contract.Name, err)
@@ -219,8 +247,10 @@ func (p *Producer) Produce(data *rollout.Rollout, opts BatchOptions, rename map[
 	for _, mb := range mbs {
 		in := map[string]*tensors.Tensor{bTokens: mb[bTokens], bTargets: mb[bTargets],
 			bLossMask: mb[bLossMask], bLastToken: mb[bLastToken]}
-		if t := mb[bInvTemp]; t != nil {
-			in[bInvTemp] = t
+		for _, k := range []string{bInvTemp, runtime.PackIndexKey, runtime.UnpackIndexKey, runtime.PackPositionsKey, runtime.PackSegmentsKey} {
+			if t := mb[k]; t != nil {
+				in[k] = t
+			}
 		}
 		outs, err := p.eval.Run(in)
 		if err != nil {

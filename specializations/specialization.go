@@ -35,6 +35,11 @@ type BatchOptions struct {
 	// sampler's tokens (actor, opd, mixed_loss_dagger_opd, and their reference or teacher
 	// roles) compute log-probs of logits/Temperature, as the sampler did.
 	Temperature float64
+	// Pack packs each micro-batch's sequences into rows of PackTokens tokens (0: the length
+	// runtime.PackAuto picks) with per-sequence attention and positions (runtime.Pack);
+	// outputs and losses are those of the unpacked rows.
+	Pack       bool
+	PackTokens int
 }
 
 // Specialization is a role's algorithm: how rollout data becomes micro-batches and which

@@ -54,6 +54,7 @@ Example:
 			&cli.IntFlag{Name: "lora", Usage: "train LoRA adapters of rank `R` on the frozen model instead of all its weights (0: full fine-tuning)"},
 			&cli.Float64Flag{Name: "lora-alpha", Usage: "LoRA `ALPHA` (default 2×rank)"},
 			&cli.StringFlag{Name: "lora-targets", Value: "all-linear", Usage: "comma-separated `MODULES` that get adapters (q_proj, ..., down_proj, or all-linear)"},
+			&cli.StringFlag{Name: "lora-base-dtype", Usage: "`DTYPE` the frozen base is held in with --lora: bfloat16 or float32 (default: the dtype it is stored in)"},
 			&cli.StringFlag{Name: "cpuprofile", Usage: "write a Go CPU profile of the whole benchmark (compilation and warm-up runs included; narrow it with --only) to `FILE` (read it with go tool pprof)"},
 		},
 		Action: func(c *cli.Context) error {
@@ -83,7 +84,13 @@ Example:
 			if d := be.ComputeDTypeDescription(dt); d != "" {
 				fmt.Fprintln(c.App.ErrWriter, d)
 			}
-			m, err := runtime.OpenModel(c.String("model"), c.Uint64("seed"))
+			var m *runtime.Model
+			if c.Int("lora") != 0 {
+				// The base the adapters freeze is read as it will be held (bf16 stays bf16).
+				m, err = runtime.OpenModelForLoRA(c.String("model"), c.Uint64("seed"), c.String("lora-base-dtype"))
+			} else {
+				m, err = runtime.OpenModel(c.String("model"), c.Uint64("seed"))
+			}
 			if err != nil {
 				return err
 			}
@@ -103,7 +110,8 @@ Example:
 			opt := runtime.BenchOptions{Runs: c.Int("runs"), Batch: c.Int("batch"), SeqLen: c.Int("seq-len"),
 				PromptLen: c.Int("prompt-len"), NewTokens: c.Int("new-tokens"), Seed: c.Uint64("seed"), Only: c.String("only")}
 			if r := c.Int("lora"); r != 0 {
-				lc := runtime.LoRAConfig{Rank: r, Alpha: c.Float64("lora-alpha"), Targets: strings.Split(c.String("lora-targets"), ",")}
+				lc := runtime.LoRAConfig{Rank: r, Alpha: c.Float64("lora-alpha"), Targets: strings.Split(c.String("lora-targets"), ","),
+					BaseDType: c.String("lora-base-dtype")}
 				if lc.Alpha == 0 {
 					lc.Alpha = 2 * float64(r)
 				}

@@ -12,7 +12,8 @@ import (
 )
 
 // envAllow are STX_ environment variables that are settings, not knobs.
-var envAllow = []string{"STX_BACKEND", "STX_RUNS_DIR", "STX_CACHE_DIR", "STX_PJRT_DIR"}
+var envAllow = []string{"STX_BACKEND", "STX_RUNS_DIR", "STX_CACHE_DIR", "STX_PJRT_DIR",
+	"STX_NODES", "STX_NODE_RANK", "STX_COORDINATOR", "STX_CLUSTER_HEARTBEAT"} // the last four: cluster.go
 
 func setFlag() cli.Flag {
 	return &cli.StringSliceFlag{

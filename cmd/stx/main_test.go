@@ -73,6 +73,7 @@ func TestScripts(t *testing.T) {
 		Cmds: map[string]func(*testscript.TestScript, bool, []string){
 			"hubserve": hubserveCmd, // a fake Hugging Face Hub (pull_test.go)
 			"http":     httpCmd,     // requests to stx serve (serve_test.go)
+			"freeport": freeportCmd, // a free loopback port for a coordinator (cluster_test.go)
 			// add VAR N...: set $VAR to the sum of the integers N (a count that
 			// derives from $NRECIPES).
 			"add": func(ts *testscript.TestScript, neg bool, args []string) {

@@ -44,8 +44,17 @@ are not watched.
 Examples:
    stx run recipes.cue -a grpo
    stx run -a sft --set knobs.num_rollout=20 --runs-dir /tmp/runs
-   stx run --resume runs/grpo-20260101-120000`,
-		Flags: []cli.Flag{
+   stx run --resume runs/grpo-20260101-120000
+
+Several processes (one per machine; docs/multinode.md): --nodes N --node-rank I
+--coordinator HOST:PORT (node 0's address), or the variables of torchrun (WORLD_SIZE,
+RANK, MASTER_ADDR, MASTER_PORT), SLURM (SLURM_NTASKS, SLURM_PROCID, with a coordinator)
+or an indexed Kubernetes Job (JOB_COMPLETION_INDEX); flags win. Node 0 serves the group's
+key-value store; the nodes check that they run the same recipe and create their PJRT
+clients as nodes of the group (a GPU plugin: XLA's CPU plugin cannot join processes and is
+refused). Training across processes is not implemented yet: the run stops there, non-zero,
+on every node. Any node's error or death stops the others.`,
+		Flags: append([]cli.Flag{
 			recipeFlag(false),
 			setFlag(),
 			&cli.StringFlag{Name: "runs-dir", Value: "runs", EnvVars: []string{"STX_RUNS_DIR"}, Usage: "where run directories are created (`DIR`)"},
@@ -56,14 +65,21 @@ Examples:
 			&cli.BoolFlag{Name: "no-eval-before", Usage: "skip the evaluation before training"},
 			&cli.BoolFlag{Name: "no-watch", Usage: "do not watch the recipe files for edits (no hot reload)"},
 			&cli.BoolFlag{Name: "tensorboard", Value: true, Usage: "write TensorBoard event files in RUN_DIR/tb/ (--tensorboard=false: none)"},
-		},
+		}, clusterFlags()...),
 		Action: func(c *cli.Context) error {
 			if err := checkRunsDir(c.String("runs-dir"), c.String("resume") != ""); err != nil {
+				return err
+			}
+			launch, err := resolveLaunch(c)
+			if err != nil {
 				return err
 			}
 			cat, name, err := runRecipe(c)
 			if err != nil {
 				return err
+			}
+			if launch.Multi() {
+				return runOnNodes(c, launch, cat, name)
 			}
 			if err := checkPlacement(c, cat); err != nil {
 				return err

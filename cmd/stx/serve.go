@@ -99,6 +99,9 @@ func serveOptions(c *cli.Context) (serve.Options, error) {
 	}
 	opt := serve.Options{Backend: be, Model: m, ModelPath: spec, MaxBatch: c.Int("max-batch"),
 		WeightVersion: c.String("weight-version"), Log: c.App.ErrWriter}
+	// Waking up after releasing the weights (POST /sleep?level=2) reads them again.
+	seed := c.Uint64("seed")
+	opt.Reload = func() (*runtime.Model, error) { return runtime.OpenModel(spec, seed) }
 	// A model without tokenizer.json serves token ids only; one that cannot be used is an error.
 	var tok tokenizer.Tokenizer
 	if t, err := runtime.ModelTokenizer(m, dir); err == nil {

@@ -97,8 +97,13 @@ type server struct {
 type stats struct {
 	requests, failures, stale, retries int
 	rows, tokens                       int
-	updates                            int
-	updateTime                         time.Duration
+	// oldest is the oldest weight version of an answer taken (valid when rows > 0).
+	oldest     int
+	updates    int
+	updateTime time.Duration
+	// sleepTime and wakeTime are the time spent releasing and taking back the servers'
+	// memory (sleep.go).
+	sleepTime, wakeTime time.Duration
 }
 
 // New checks cfg and returns a client; it contacts no server.
@@ -275,8 +280,9 @@ func (c *Client) ask(s *server, prompts [][]int32, o runtime.SampleOptions, seed
 	}
 	raw, err := c.post(s.url+path, body, c.cfg.Timeout)
 	var samples []runtime.Sample
+	oldest := -1
 	if err == nil {
-		samples, err = c.decode(s, raw, len(prompts), o)
+		samples, oldest, err = c.decode(s, raw, len(prompts), o)
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -293,6 +299,9 @@ func (c *Client) ask(s *server, prompts [][]int32, o runtime.SampleOptions, seed
 		return nil, err
 	}
 	s.failedAt = time.Time{}
+	if c.stats.rows == 0 || oldest < c.stats.oldest {
+		c.stats.oldest = oldest
+	}
 	s.rows += len(samples)
 	c.stats.rows += len(samples)
 	for _, smp := range samples {
@@ -302,8 +311,9 @@ func (c *Client) ask(s *server, prompts [][]int32, o runtime.SampleOptions, seed
 	return samples, nil
 }
 
-// decode parses and validates an answer of rows completions.
-func (c *Client) decode(s *server, raw []byte, rows int, o runtime.SampleOptions) ([]runtime.Sample, error) {
+// decode parses and validates an answer of rows completions; it returns them with the
+// oldest weight version they carry.
+func (c *Client) decode(s *server, raw []byte, rows int, o runtime.SampleOptions) ([]runtime.Sample, int, error) {
 	var ans []answer
 	var err error
 	if c.cfg.Engine == SGLang {
@@ -312,27 +322,31 @@ func (c *Client) decode(s *server, raw []byte, rows int, o runtime.SampleOptions
 		ans, err = parseOpenAI(raw, rows)
 	}
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	if len(ans) != rows {
-		return nil, fmt.Errorf("%d completions for %d prompts", len(ans), rows)
+		return nil, 0, fmt.Errorf("%d completions for %d prompts", len(ans), rows)
 	}
 	c.mu.Lock()
 	minV, acked := c.minVersion, s.version
 	c.mu.Unlock()
 	out := make([]runtime.Sample, rows)
+	oldest := -1
 	for i, a := range ans {
 		if a.version < 0 {
 			a.version = acked // a server that does not say samples with what it last loaded
 		}
 		if minV >= 0 && a.version < minV {
-			return nil, fmt.Errorf("completion %d: %w: version %d, the oldest allowed is %d", i, errStale, a.version, minV)
+			return nil, 0, fmt.Errorf("completion %d: %w: version %d, the oldest allowed is %d", i, errStale, a.version, minV)
 		}
 		if out[i], err = a.sample(o, c.cfg.Vocab); err != nil {
-			return nil, fmt.Errorf("completion %d: %w", i, err)
+			return nil, 0, fmt.Errorf("completion %d: %w", i, err)
+		}
+		if i == 0 || a.version < oldest {
+			oldest = a.version
 		}
 	}
-	return out, nil
+	return out, oldest, nil
 }
 
 // answer is one completion as a server gave it.

@@ -112,6 +112,12 @@ func (c *Client) Metrics() map[string]float64 {
 	m := map[string]float64{"remote/requests": float64(st.requests), "remote/failures": float64(st.failures),
 		"remote/retries": float64(st.retries), "remote/stale_refused": float64(st.stale),
 		"remote/rows": float64(st.rows), "remote/tokens": float64(st.tokens)}
+	if st.rows > 0 {
+		m["remote/oldest_weight_version"] = float64(st.oldest)
+	}
+	if st.sleepTime > 0 || st.wakeTime > 0 {
+		m["remote/sleep_s"], m["remote/wake_up_s"] = st.sleepTime.Seconds(), st.wakeTime.Seconds()
+	}
 	if st.updates > 0 {
 		m["remote/update_s"] = st.updateTime.Seconds()
 	}

@@ -3,7 +3,6 @@ package cpu
 import (
 	"fmt"
 	"runtime"
-	"runtime/debug"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -72,18 +71,7 @@ type bufferPool struct {
 	inUse, total, peakInUse, peak int
 	// maps and unmaps count the mappings made and the pooled ones dropped (not those reclaimed).
 	maps, unmaps int
-	// returnHeapAt is the peak in use past which getFlat next returns the Go heap's free memory
-	// to the system (returnGoHeap).
-	returnHeapAt int
 }
-
-// returnGoHeap collects the Go heap and returns its free memory to the system, so that mappings
-// growing to a new peak take the place of garbage rather than add to it. The buffers the caller
-// drops (tensors GoMLX leaves to the collector) are Go slices; with the large intermediates
-// outside the Go heap, its collections are otherwise too rare to find them before the next
-// step's mappings have grown: a 0.5B-parameter train step peaked 3 GiB higher. A variable for
-// the tests.
-var returnGoHeap = debug.FreeOSMemory
 
 // poolStats is a snapshot of the pool's mappings, in bytes.
 type poolStats struct {
@@ -136,17 +124,9 @@ func (p *bufferPool) getFlat(dtype dtypes.DType, length int, lend bool) (any, *o
 		evicted = p.evictLocked(p.total - p.peakInUse)
 		p.peak = max(p.peak, p.total)
 	}
-	// Only as the peak grows by a quarter (and 256 MiB): a handful of times in a process.
-	nudge := m == nil && p.peakInUse >= p.returnHeapAt
-	if nudge {
-		p.returnHeapAt = p.peakInUse + max(p.peakInUse/4, 256<<20)
-	}
 	p.mu.Unlock()
 	for _, e := range evicted {
 		unmapMemory(e.data)
-	}
-	if nudge {
-		returnGoHeap()
 	}
 	if m == nil {
 		if m = p.mapNew(size); m == nil {

@@ -93,6 +93,15 @@ func chainElementwise(nodes []*node, needed []bool, outputs []*node) []*node {
 	for _, o := range outputs {
 		readers[o.idx] += 2 // the caller reads an output: never inside a chain
 	}
+	// lastReader[i] is the last node (builder index) reading node i's result.
+	lastReader := make([]int, len(nodes))
+	for _, n := range nodes {
+		if needed[n.idx] {
+			for _, in := range n.inputs {
+				lastReader[in.idx] = max(lastReader[in.idx], n.idx)
+			}
+		}
+	}
 	prog, cloned := nodes, false
 	absorbed := make([]bool, len(nodes))
 	// From the program's end backwards, so that each chain is found from its last op.
@@ -105,6 +114,7 @@ func chainElementwise(nodes []*node, needed []bool, outputs []*node) []*node {
 		// only by its one reader (once). The chain runs by blocks of whole rows: its
 		// broadcasting ops must share their row length.
 		members, row := []*node{last}, rowLen(last)
+		dying := dyingOperands(nodes, needed, readers, lastReader, last, last.shape.Size())
 		for k := 0; k < len(members); k++ {
 			for _, in := range members[k].inputs {
 				// The program's version of the node: inputs point at the builder's nodes,
@@ -113,9 +123,17 @@ func chainElementwise(nodes []*node, needed []bool, outputs []*node) []*node {
 				if readers[in.idx] != 1 || absorbed[in.idx] || !chainable(in) || in.shape.Size() != last.shape.Size() {
 					continue
 				}
+				// The operands that die in the ops taken in live until the chain runs; the
+				// unfused program holds one array of the chain's partial results instead.
+				d := dyingOperands(nodes, needed, readers, lastReader, in, last.shape.Size())
+				if d > 0 && dying+d > last.shape.Size() &&
+					allocatesBetween(nodes, needed, in.idx, last.idx, d) {
+					continue
+				}
 				if r := rowLen(in); r != 0 && row != 0 && r != row {
 					continue
 				}
+				dying += d
 				row = max(row, rowLen(in))
 				absorbed[in.idx] = true
 				members = append(members, in)
@@ -132,6 +150,50 @@ func chainElementwise(nodes []*node, needed []bool, outputs []*node) []*node {
 		prog[i] = buildChain(members)
 	}
 	return prog
+}
+
+// dyingOperands returns the elements of n's operands that n reads last and that would stay
+// outside a chain of size elements taking n in (not chainable ops of its size read by n alone),
+// parameters and constants aside, which live through the program anyway.
+//
+// A chain runs at its last op, so such operands live until then. The unfused program holds one
+// array of the chain's partial results at a time instead; the chain then holds more only where
+// more than one array's worth of operands dies in it, and costs memory only where the steps in
+// between allocate (allocatesBetween). Fused, the sum of a chunked head's weight gradients,
+// built as acc + g₁ + g₂ + … between the chunks, kept every chunk's gradient until the last
+// (eight of 544 MiB at Qwen2.5-0.5B's vocabulary), where unfused each is added and freed at
+// once. Ops that follow one another, as SwiGLU's and RMSNorm's do, are still chained.
+func dyingOperands(nodes []*node, needed []bool, readers, lastReader []int, n *node, size int) int {
+	d := 0
+	for _, x := range n.inputs {
+		x = nodes[x.idx]
+		if lastReader[x.idx] != n.idx || x.op == backends.OpTypeParameter || x.op == backends.OpTypeConstant ||
+			x.shape.Size() < chainMinSize {
+			continue
+		}
+		if readers[x.idx] == 1 && chainable(x) && x.shape.Size() == size {
+			continue // taken into the chain itself
+		}
+		d += x.shape.Size()
+	}
+	return d
+}
+
+// allocatesBetween reports whether the program's steps strictly between nodes from and to
+// (builder indices) produce at least size elements.
+func allocatesBetween(nodes []*node, needed []bool, from, to, size int) bool {
+	total := 0
+	for j := from + 1; j < to; j++ {
+		n := nodes[j]
+		if !needed[j] || n.op == backends.OpTypeParameter || n.op == backends.OpTypeConstant ||
+			n.op == backends.OpTypeReshape || n.op == backends.OpTypeIdentity {
+			continue
+		}
+		if total += n.shape.Size(); total >= size {
+			return true
+		}
+	}
+	return false
 }
 
 // buildChain makes the step node of a chain from its ops in program order (the last one is

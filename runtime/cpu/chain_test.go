@@ -67,6 +67,17 @@ func TestElementwiseChainsSameBits(t *testing.T) {
 				c := must(b.Div(must(b.Add(must(b.Tanh(h)), p[2])), must(b.Sqrt(must(b.Abs(p[1]))))))
 				return []backends.Op{c, sum}
 			}}, 3, 1},
+			// A sum built between allocations (a chunked head's weight gradient, acc + g₁ + g₂ + …):
+			// chained, every gᵢ would live until the last Add; unchained, each dies at its own.
+			tc{fmt.Sprintf("sum-between-allocations-%d", n), fusionGraph{[]shapes.Shape{f32, f32}, func(b backends.Builder, p []backends.Op) []backends.Op {
+				acc := p[0]
+				for range 3 {
+					g := must(b.Concatenate(0, must(b.Slice(p[1], []int{n / 2}, []int{n}, []int{1})),
+						must(b.Slice(p[1], []int{0}, []int{n / 2}, []int{1}))))
+					acc = must(b.Add(acc, g))
+				}
+				return []backends.Op{acc}
+			}}, 12, 0},
 			// The same storage under a Reshape, read by a later op of the chain.
 			tc{fmt.Sprintf("reshape-alias-%d", n), fusionGraph{[]shapes.Shape{f32, f32}, func(b backends.Builder, p []backends.Op) []backends.Op {
 				h := must(b.Add(p[0], p[1]))

@@ -6,6 +6,7 @@ package xlaplugin
 #cgo linux LDFLAGS: -ldl
 #include <stdlib.h>
 #include "compat.h"
+#include "kv.h"
 */
 import "C"
 
@@ -82,16 +83,24 @@ func Load(path string) (*Plugin, error) {
 	if err := check(p); err != nil {
 		return nil, err
 	}
-	api := uintptr(info.api)
+	api := info.api
 	if p.Minor > headerMinor {
 		wrapped := C.stx_plugin_wrap(info.api, info.struct_size, headerSlots, argPaddingSize, executeSlot, optionsOffset)
 		if wrapped == nil {
 			return nil, fmt.Errorf("PJRT plugin %s (PJRT %s): cannot wrap its API table of %d bytes (at most %d newer plugins per process)",
 				path, p.Version(), info.struct_size, C.STX_MAX_WRAPPED)
 		}
-		api, p.Wrapped = uintptr(wrapped), true
+		api, p.Wrapped = wrapped, true
 	}
-	if err := pjrt.RegisterPreloadedPlugin(path, api); err != nil {
+	// Every plugin's PJRT_Client_Create goes through the key-value hook (kv.c), which does
+	// nothing unless SetCluster made this process a node of a group: a plugin loaded before
+	// (by a placement check) must still join when the run creates its client.
+	hooked := hook(api, info.struct_size)
+	if hooked == nil {
+		return nil, fmt.Errorf("PJRT plugin %s (PJRT %s): cannot hook its API table of %d bytes (at most %d plugins per process)",
+			path, p.Version(), info.struct_size, C.STX_MAX_HOOKED)
+	}
+	if err := pjrt.RegisterPreloadedPlugin(path, uintptr(hooked)); err != nil {
 		return nil, fmt.Errorf("initializing PJRT plugin %s (PJRT %s): %w", path, p.Version(), err)
 	}
 	loaded[path] = p

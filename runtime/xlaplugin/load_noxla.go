@@ -19,3 +19,17 @@ func Load(path string) (*Plugin, error) {
 
 // WrappedCalls is always 0 without XLA support.
 func WrappedCalls() int64 { return 0 }
+
+// SetCluster does nothing: this binary creates no PJRT clients.
+func SetCluster(c *Cluster) {}
+
+// ClusterOptions fails without XLA support.
+func ClusterOptions(path string) (map[string]any, error) {
+	return nil, errors.New("this binary was built without XLA support (-tags noxla or no cgo)")
+}
+
+// LastClient reports no client: this binary creates none.
+func LastClient() (Topology, bool) { return Topology{}, false }
+
+// KeyValueCalls is always 0 without XLA support.
+func KeyValueCalls() int64 { return 0 }
