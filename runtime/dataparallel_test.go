@@ -35,17 +35,7 @@ func TestDataParallelMatchesOneDevice(t *testing.T) {
 		// 4 and 3 rows: on 2 devices 2+2, then 1+1 and a leftover row; on 4 devices 1 each,
 		// then 3 leftover rows and a padding share.
 		mbs := []map[string]*tensors.Tensor{sftBatch(rng, cfg, 4, 12), sftBatch(rng, cfg, 3, 12)}
-		var tokens float32
-		for _, mb := range mbs {
-			for _, v := range mb["mask"].Value().([][]float32) {
-				for _, x := range v {
-					tokens += x
-				}
-			}
-		}
-		for _, mb := range mbs {
-			mb["den"] = tensors.FromScalar(tokens)
-		}
+		setStepTokens(mbs)
 		steps = append(steps, mbs)
 	}
 	train := func(devices []int) ([]StepResult, *Model) {
@@ -198,5 +188,21 @@ func TestEvaluatorOnDevices(t *testing.T) {
 	}
 	if err := three.SetDevices(b, []int{0}); err == nil {
 		t.Error("SetDevices after a run succeeded")
+	}
+}
+
+// setStepTokens sets every micro-batch's "den" to the step's token count (the masks' sum over
+// all its micro-batches), as the engine normalises a step's losses.
+func setStepTokens(mbs []map[string]*tensors.Tensor) {
+	var tokens float32
+	for _, mb := range mbs {
+		for _, v := range mb["mask"].Value().([][]float32) {
+			for _, x := range v {
+				tokens += x
+			}
+		}
+	}
+	for _, mb := range mbs {
+		mb["den"] = tensors.FromScalar(tokens)
 	}
 }

@@ -28,17 +28,7 @@ func fsdpSteps(cfg Config, seed uint64) [][]map[string]*tensors.Tensor {
 	var steps [][]map[string]*tensors.Tensor
 	for range 3 {
 		mbs := []map[string]*tensors.Tensor{sftBatch(rng, cfg, 4, 12), sftBatch(rng, cfg, 4, 12)}
-		var tokens float32
-		for _, mb := range mbs {
-			for _, v := range mb["mask"].Value().([][]float32) {
-				for _, x := range v {
-					tokens += x
-				}
-			}
-		}
-		for _, mb := range mbs {
-			mb["den"] = tensors.FromScalar(tokens)
-		}
+		setStepTokens(mbs)
 		steps = append(steps, mbs)
 	}
 	return steps

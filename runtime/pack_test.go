@@ -94,100 +94,7 @@ func TestPackLayout(t *testing.T) {
 	}
 }
 
-// refMaskedHidden is the float64 reference decoder (reference_test.go) on one packed row:
-// token q attends to token k where visible(q, k), with RoPE at positions[q].
-func (r *refModel) refMaskedHidden(tokens []int32, positions []int, visible func(q, k int) bool) [][]float64 {
-	c := r.c
-	d, hd := c.Hidden, c.HeadDim()
-	kvd, qd := c.KVHeads*hd, c.Heads*hd
-	group := c.Heads / c.KVHeads
-	n := len(tokens)
-	x := make([][]float64, n)
-	for t, tok := range tokens {
-		x[t] = append([]float64(nil), r.w["model.embed_tokens.weight"][int(tok)*d:(int(tok)+1)*d]...)
-	}
-	for l := range c.Layers {
-		pre := fmt.Sprintf("model.layers.%d.", l)
-		qs, ks, vs := make([][]float64, n), make([][]float64, n), make([][]float64, n)
-		for t := range n {
-			h := refRMSNorm(x[t], r.w[pre+"input_layernorm.weight"], c.RMSNormEps)
-			q := matVec(r.w[pre+"self_attn.q_proj.weight"], qd, d, h)
-			k := matVec(r.w[pre+"self_attn.k_proj.weight"], kvd, d, h)
-			v := matVec(r.w[pre+"self_attn.v_proj.weight"], kvd, d, h)
-			if c.AttentionBias {
-				for i := range q {
-					q[i] += r.w[pre+"self_attn.q_proj.bias"][i]
-				}
-				for i := range k {
-					k[i] += r.w[pre+"self_attn.k_proj.bias"][i]
-					v[i] += r.w[pre+"self_attn.v_proj.bias"][i]
-				}
-			}
-			for hh := range c.Heads {
-				copy(q[hh*hd:], refRope(c, q[hh*hd:(hh+1)*hd], positions[t]))
-			}
-			for hh := range c.KVHeads {
-				copy(k[hh*hd:], refRope(c, k[hh*hd:(hh+1)*hd], positions[t]))
-			}
-			qs[t], ks[t], vs[t] = q, k, v
-		}
-		for t := range n {
-			o := make([]float64, qd)
-			for hh := range c.Heads {
-				kv := hh / group
-				w := make([]float64, n)
-				mx := math.Inf(-1)
-				for s := range n {
-					if !visible(t, s) {
-						continue
-					}
-					dot := 0.0
-					for i := range hd {
-						dot += qs[t][hh*hd+i] * ks[s][kv*hd+i]
-					}
-					w[s] = dot / math.Sqrt(float64(hd))
-					mx = math.Max(mx, w[s])
-				}
-				sum := 0.0
-				for s := range n {
-					if visible(t, s) {
-						w[s] = math.Exp(w[s] - mx)
-						sum += w[s]
-					}
-				}
-				for s := range n {
-					if visible(t, s) {
-						for i := range hd {
-							o[hh*hd+i] += w[s] / sum * vs[s][kv*hd+i]
-						}
-					}
-				}
-			}
-			attn := matVec(r.w[pre+"self_attn.o_proj.weight"], d, qd, o)
-			for i := range d {
-				x[t][i] += attn[i]
-			}
-			h := refRMSNorm(x[t], r.w[pre+"post_attention_layernorm.weight"], c.RMSNormEps)
-			gate := matVec(r.w[pre+"mlp.gate_proj.weight"], c.Intermediate, d, h)
-			up := matVec(r.w[pre+"mlp.up_proj.weight"], c.Intermediate, d, h)
-			for i := range gate {
-				gate[i] = gate[i] / (1 + math.Exp(-gate[i])) * up[i]
-			}
-			down := matVec(r.w[pre+"mlp.down_proj.weight"], d, c.Intermediate, gate)
-			for i := range d {
-				x[t][i] += down[i]
-			}
-		}
-	}
-	out := make([][]float64, n)
-	for t := range n {
-		out[t] = refRMSNorm(x[t], r.w["model.norm.weight"], c.RMSNormEps)
-	}
-	return out
-}
-
-// packTestModel is smallGQA with non-zero biases (AttentionBias, no QK norm: refMaskedHidden
-// models neither QK norm nor an output bias).
+// packTestModel is smallGQA with non-zero biases, so that the reference checks them.
 func packTestModel(t *testing.T, cfg Config) *Model {
 	t.Helper()
 	m, err := NewModel(cfg, 5)
@@ -282,7 +189,7 @@ func TestPackedAttentionMatchesFloat64Reference(t *testing.T) {
 	}
 }
 
-// packedRowHidden is refMaskedHidden on packed row `row` of p.
+// packedRowHidden is maskedHidden on packed row `row` of p.
 func (r *refModel) packedRowHidden(p *Packing, tokens []int32, row, window int) [][]float64 {
 	lo := row * p.Length
 	var rowTok []int32
@@ -292,7 +199,7 @@ func (r *refModel) packedRowHidden(p *Packing, tokens []int32, row, window int) 
 		pos = append(pos, int(p.Positions[lo+l]))
 	}
 	seg := p.Segments[lo : lo+p.Length]
-	return r.refMaskedHidden(rowTok, pos, func(q, k int) bool {
+	return r.maskedHidden(rowTok, pos, func(q, k int) bool {
 		return seg[q] == seg[k] && k <= q && (window == 0 || pos[q]-pos[k] < window)
 	})
 }

@@ -119,8 +119,21 @@ func (r *refModel) values(tokens []int32) []float64 {
 	return out
 }
 
-// hidden returns the final-normed hidden states of one sequence.
+// hidden returns the final-normed hidden states of one sequence: causal attention, within the
+// sliding window if the model has one, positions 0, 1, ….
 func (r *refModel) hidden(tokens []int32) [][]float64 {
+	positions := make([]int, len(tokens))
+	for t := range positions {
+		positions[t] = t
+	}
+	return r.maskedHidden(tokens, positions, func(q, k int) bool {
+		return k <= q && (r.c.SlidingWindow <= 0 || k > q-r.c.SlidingWindow)
+	})
+}
+
+// maskedHidden is hidden where token q attends to token k when visible(q, k), with RoPE at
+// positions[q] (a packed row: several sequences, each seeing only its own earlier tokens).
+func (r *refModel) maskedHidden(tokens []int32, positions []int, visible func(q, k int) bool) [][]float64 {
 	c := r.c
 	d, hd := c.Hidden, c.HeadDim()
 	kvd, qd := c.KVHeads*hd, c.Heads*hd
@@ -152,47 +165,46 @@ func (r *refModel) hidden(tokens []int32) [][]float64 {
 				if c.QKNorm {
 					head = refRMSNorm(head, r.w[pre+"self_attn.q_norm.weight"], c.RMSNormEps)
 				}
-				copy(q[hh*hd:], refRope(c, head, t))
+				copy(q[hh*hd:], refRope(c, head, positions[t]))
 			}
 			for hh := range c.KVHeads {
 				head := k[hh*hd : (hh+1)*hd]
 				if c.QKNorm {
 					head = refRMSNorm(head, r.w[pre+"self_attn.k_norm.weight"], c.RMSNormEps)
 				}
-				copy(k[hh*hd:], refRope(c, head, t))
+				copy(k[hh*hd:], refRope(c, head, positions[t]))
 			}
 			qs[t], ks[t], vs[t] = q, k, v
 		}
 		for t := range n {
 			o := make([]float64, qd)
-			first := 0 // oldest key in the sliding window
-			if c.SlidingWindow > 0 {
-				first = max(0, t-c.SlidingWindow+1)
-			}
 			for hh := range c.Heads {
 				kv := hh / group
-				scores := make([]float64, t+1)
+				w := make([]float64, n)
 				mx := math.Inf(-1)
-				for s := range scores[:first] {
-					scores[s] = math.Inf(-1)
-				}
-				for s := first; s <= t; s++ {
+				for s := range n {
+					if !visible(t, s) {
+						continue
+					}
 					dot := 0.0
 					for i := range hd {
 						dot += qs[t][hh*hd+i] * ks[s][kv*hd+i]
 					}
-					scores[s] = dot / math.Sqrt(float64(hd))
-					mx = math.Max(mx, scores[s])
+					w[s] = dot / math.Sqrt(float64(hd))
+					mx = math.Max(mx, w[s])
 				}
 				sum := 0.0
-				for s := range scores {
-					scores[s] = math.Exp(scores[s] - mx)
-					sum += scores[s]
+				for s := range n {
+					if visible(t, s) {
+						w[s] = math.Exp(w[s] - mx)
+						sum += w[s]
+					}
 				}
-				for s := range scores {
-					p := scores[s] / sum
-					for i := range hd {
-						o[hh*hd+i] += p * vs[s][kv*hd+i]
+				for s := range n {
+					if visible(t, s) {
+						for i := range hd {
+							o[hh*hd+i] += w[s] / sum * vs[s][kv*hd+i]
+						}
 					}
 				}
 			}

@@ -3,7 +3,6 @@ package remote
 import (
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 )
 
@@ -42,18 +41,12 @@ func (c *Client) WakeUp() error {
 // failures joined.
 func (c *Client) everyServer(typ, path string, d *time.Duration) error {
 	t := time.Now()
-	errs := make([]error, len(c.servers))
-	var wg sync.WaitGroup
-	for i, s := range c.servers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if _, err := c.post(s.url+path, struct{}{}, c.cfg.UpdateTimeout); err != nil {
-				errs[i] = fmt.Errorf("%s%s: %w", s.url, path, err)
-			}
-		}()
-	}
-	wg.Wait()
+	errs := c.onEveryServer(func(s *server) error {
+		if _, err := c.post(s.url+path, struct{}{}, c.cfg.UpdateTimeout); err != nil {
+			return fmt.Errorf("%s%s: %w", s.url, path, err)
+		}
+		return nil
+	})
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	*d += time.Since(t)

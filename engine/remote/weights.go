@@ -25,16 +25,7 @@ func (c *Client) UpdateWeights(dir string, version int) error {
 	c.latestDir, c.latestVer = dir, version
 	c.mu.Unlock()
 	t := time.Now()
-	errs := make([]error, len(c.servers))
-	var wg sync.WaitGroup
-	for i, s := range c.servers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			errs[i] = c.load(s, dir, version)
-		}()
-	}
-	wg.Wait()
+	errs := c.onEveryServer(func(s *server) error { return c.load(s, dir, version) })
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.stats.updates++
@@ -156,4 +147,20 @@ func (c *Client) Health() (down []string, err error) {
 		return down, fmt.Errorf("remote: no server is up: %w", errors.Join(errs...))
 	}
 	return down, nil
+}
+
+// onEveryServer calls f for every server concurrently and returns their errors, in the
+// servers' order.
+func (c *Client) onEveryServer(f func(s *server) error) []error {
+	errs := make([]error, len(c.servers))
+	var wg sync.WaitGroup
+	for i, s := range c.servers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = f(s)
+		}()
+	}
+	wg.Wait()
+	return errs
 }
