@@ -65,12 +65,18 @@ func (t *Trainer) SaveCheckpoint(dir string, rng []byte) error {
 			prefix string
 			vars   []*context.Variable
 		}{{"exp_avg.", t.mVar}, {"exp_avg_sq.", t.vVar}} {
-			// In the parameter's shape, also when the trainer shards it (fsdp.go).
-			data, err := t.stateValues(i, kind.vars[i])
-			if err != nil {
-				return fmt.Errorf("checkpoint: optimizer state of %s: %w", name, err)
-			}
-			opt = append(opt, safetensors.FromFloat32(kind.prefix+name, t.trainVar[i].Shape().Dimensions, data))
+			// Read and encoded as the file is written, one tensor at a time (at real sizes the
+			// moments are twice the weights); in the parameter's shape, also when the trainer
+			// shards it (fsdp.go).
+			shape := t.trainVar[i].Shape().Dimensions
+			opt = append(opt, safetensors.Tensor{Name: kind.prefix + name, DType: safetensors.F32, Shape: shape,
+				Fill: func() ([]byte, error) {
+					data, err := t.stateValues(i, kind.vars[i])
+					if err != nil {
+						return nil, fmt.Errorf("optimizer state of %s: %w", name, err)
+					}
+					return safetensors.FromFloat32(kind.prefix+name, shape, data).Data, nil
+				}})
 		}
 	}
 	// A model saved in a narrower dtype than float32 (a bf16 checkpoint stays bf16) keeps its
@@ -79,11 +85,14 @@ func (t *Trainer) SaveCheckpoint(dir string, rng []byte) error {
 		if lora || t.m.SaveDType(p.Name) == safetensors.F32 {
 			continue
 		}
-		data, err := t.m.ParamValues(p.Name)
-		if err != nil {
-			return fmt.Errorf("checkpoint: %w", err)
-		}
-		opt = append(opt, safetensors.FromFloat32(masterPrefix+p.Name, p.Shape, data))
+		opt = append(opt, safetensors.Tensor{Name: masterPrefix + p.Name, DType: safetensors.F32, Shape: p.Shape,
+			Fill: func() ([]byte, error) {
+				data, err := t.m.ParamValues(p.Name)
+				if err != nil {
+					return nil, err
+				}
+				return safetensors.FromFloat32(masterPrefix+p.Name, p.Shape, data).Data, nil
+			}})
 	}
 	if err := safetensors.WriteFile(filepath.Join(tmp, optimizerFile), opt, map[string]string{"format": checkpointFormat}); err != nil {
 		return fmt.Errorf("checkpoint: %w", err)

@@ -210,18 +210,33 @@ var torchDTypes = map[safetensors.DType]string{safetensors.F32: "float32", safet
 // SaveDType (narrowed from float32 with round-to-nearest-even).
 func (m *Model) Tensors() ([]safetensors.Tensor, error) {
 	out := make([]safetensors.Tensor, 0, len(m.params))
-	for _, p := range m.params {
-		data, err := m.ParamValues(p.Name)
+	for _, t := range m.lazyTensors() {
+		data, err := t.Fill()
 		if err != nil {
 			return nil, err
 		}
-		t, err := safetensors.FromFloat32As(p.Name, m.SaveDType(p.Name), p.Shape, data)
-		if err != nil {
-			return nil, err
-		}
+		t.Data, t.Fill = data, nil
 		out = append(out, t)
 	}
 	return out, nil
+}
+
+// lazyTensors is Tensors with each tensor's data read and encoded only when it is written.
+func (m *Model) lazyTensors() []safetensors.Tensor {
+	ts := make([]safetensors.Tensor, 0, len(m.params))
+	for _, p := range m.params {
+		dt := m.SaveDType(p.Name)
+		ts = append(ts, safetensors.Tensor{Name: p.Name, DType: dt, Shape: p.Shape,
+			Fill: func() ([]byte, error) {
+				data, err := m.ParamValues(p.Name)
+				if err != nil {
+					return nil, err
+				}
+				t, err := safetensors.FromFloat32As(p.Name, dt, p.Shape, data)
+				return t.Data, err
+			}})
+	}
+	return ts
 }
 
 // SaveHF writes the model as a Hugging Face directory: config.json and model.safetensors
@@ -229,10 +244,9 @@ func (m *Model) Tensors() ([]safetensors.Tensor, error) {
 // dtype it was loaded in (float32 for a new model), tensor names and [out, in] orientation as
 // transformers writes them. Each file is replaced atomically.
 func (m *Model) SaveHF(dir string, maxShardBytes int64) error {
-	ts, err := m.Tensors()
-	if err != nil {
-		return fmt.Errorf("saving model: %w", err)
-	}
+	// Each tensor is read and encoded as it is written: a real-size model never holds a
+	// second copy of all its weights while saving.
+	ts := m.lazyTensors()
 	if err := safetensors.WriteDir(dir, ts, maxShardBytes); err != nil {
 		return fmt.Errorf("saving model: %w", err)
 	}

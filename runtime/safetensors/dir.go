@@ -142,7 +142,7 @@ func WriteDir(dir string, tensors []Tensor, maxShardBytes int64) error {
 	}
 	var total int64
 	for _, t := range tensors {
-		total += int64(len(t.Data))
+		total += t.Size()
 	}
 	if maxShardBytes == 0 || total <= maxShardBytes {
 		if err := WriteFile(filepath.Join(dir, SingleFileName), tensors, hfMetadata()); err != nil {
@@ -157,7 +157,7 @@ func WriteDir(dir string, tensors []Tensor, maxShardBytes int64) error {
 	var groups [][]Tensor
 	var size int64
 	for _, t := range byName {
-		n := int64(len(t.Data))
+		n := t.Size()
 		if len(groups) == 0 || (size > 0 && size+n > maxShardBytes) {
 			groups = append(groups, nil)
 			size = 0

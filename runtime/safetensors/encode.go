@@ -42,7 +42,11 @@ func Encode(w io.Writer, tensors []Tensor, metadata map[string]string) error {
 		return fmt.Errorf("safetensors: writing header: %w", err)
 	}
 	for _, t := range ordered {
-		if _, err := w.Write(t.Data); err != nil {
+		data, err := t.bytes()
+		if err != nil {
+			return err
+		}
+		if _, err := w.Write(data); err != nil {
 			return fmt.Errorf("safetensors: writing tensor %q: %w", t.Name, err)
 		}
 	}
@@ -124,7 +128,7 @@ func encodeHeader(ordered []Tensor, metadata map[string]string) ([]byte, error) 
 			}
 			buf.WriteString(strconv.Itoa(d))
 		}
-		end := off + uint64(len(t.Data))
+		end := off + uint64(t.Size())
 		fmt.Fprintf(&buf, `],"data_offsets":[%d,%d]}`, off, end)
 		off = end
 	}

@@ -15,6 +15,32 @@ type Tensor struct {
 	DType DType
 	Shape []int
 	Data  []byte
+	// Fill, when set (and Data nil), produces the data as the tensor is written, so that a
+	// large file is encoded one tensor at a time (a checkpoint's optimizer state) instead of
+	// holding every tensor's bytes at once.
+	Fill func() ([]byte, error)
+}
+
+// Size returns the tensor's data size in bytes, from its dtype and shape (valid tensors).
+func (t Tensor) Size() int64 {
+	n, _ := byteSize(t.DType, t.Shape)
+	return int64(n)
+}
+
+// bytes returns the tensor's data: Data, or what Fill produces, checked against the shape.
+func (t Tensor) bytes() ([]byte, error) {
+	if t.Fill == nil {
+		return t.Data, nil
+	}
+	data, err := t.Fill()
+	if err != nil {
+		return nil, fmt.Errorf("safetensors: tensor %q: %w", t.Name, err)
+	}
+	if int64(len(data)) != t.Size() {
+		return nil, fmt.Errorf("safetensors: tensor %q: filled %d data bytes, but %s%v needs %d",
+			t.Name, len(data), t.DType, t.Shape, t.Size())
+	}
+	return data, nil
 }
 
 // NumElements returns the product of the shape's dimensions (1 for a scalar).
@@ -106,6 +132,12 @@ func (t Tensor) check() error {
 	n, err := byteSize(t.DType, t.Shape)
 	if err != nil {
 		return fmt.Errorf("safetensors: tensor %q: %w", t.Name, err)
+	}
+	if t.Fill != nil {
+		if t.Data != nil {
+			return fmt.Errorf("safetensors: tensor %q: both Data and Fill set", t.Name)
+		}
+		return nil
 	}
 	if uint64(len(t.Data)) != n {
 		return fmt.Errorf("safetensors: tensor %q: %d data bytes, but %s%v needs %d",
