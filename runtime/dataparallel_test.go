@@ -82,20 +82,7 @@ func TestDataParallelMatchesOneDevice(t *testing.T) {
 					devices, i, g.Loss, g.GradNorm, g.Metrics, w.Loss, w.GradNorm, w.Metrics)
 			}
 		}
-		var worst float64
-		for _, p := range ref.Params() {
-			a, err := ref.ParamValues(p.Name)
-			if err != nil {
-				t.Fatal(err)
-			}
-			c, err := m.ParamValues(p.Name)
-			if err != nil {
-				t.Fatal(err)
-			}
-			for j := range a {
-				worst = max(worst, math.Abs(float64(a[j]-c[j])))
-			}
-		}
+		worst := worstWeightDiff(t, ref, m)
 		t.Logf("devices %v: loss %.6f (one device %.6f), largest weight difference %.2g", devices, got[2].Loss, want[2].Loss, worst)
 		if worst > 2e-6 {
 			t.Errorf("devices %v: weights differ from one device's by up to %g", devices, worst)

@@ -327,26 +327,9 @@ func (d *hostDecoder) readProjections(m *Model, dst *[]float32, in int, names []
 	}
 	*dst = grow(*dst, in*total)
 	d.storedBytes += int64(4 * in * total)
-	col := 0
-	for p, name := range names {
-		t, err := d.source(m, name)
-		if err != nil {
-			return err
-		}
-		if t.Size() != outs[p]*in {
-			return fmt.Errorf("tensor %q has shape %s, want [%d, %d]", name, t.Shape(), outs[p], in)
-		}
-		if module := strings.TrimSuffix(name, ".weight"); m.adapted(module) {
-			err = d.placeMerged(m, *dst, t, module, in, total, col, outs[p])
-		} else {
-			err = tensors.ConstFlatData(t, func(w []float32) { d.placeProjection(*dst, w, in, total, col, outs[p]) })
-		}
-		if err != nil {
-			return fmt.Errorf("reading %q: %w", name, err)
-		}
-		col += outs[p]
-	}
-	return nil
+	return d.eachProjection(m, in, names, outs, func(w []float32, col, out int) {
+		d.placeProjection(*dst, w, in, total, col, out)
+	})
 }
 
 // readProjectionsBF16 is readProjections into bfloat16 values for a model computing in
@@ -362,6 +345,16 @@ func (d *hostDecoder) readProjectionsBF16(m *Model, dst *[]uint16, in int, names
 	}
 	*dst = (*dst)[:in*total]
 	d.storedBytes += int64(2 * in * total)
+	return d.eachProjection(m, in, names, outs, func(w []float32, col, out int) {
+		part := (*dst)[col*in : (col+out)*in]
+		d.parallel(len(part), func(_, lo, hi int) { rowNarrowBF16(part[lo:hi], w[lo:hi]) })
+	})
+}
+
+// eachProjection reads the named projections ([outs[i], in] each) and hands each one's float32
+// values, with its LoRA adapter merged in where it has one, to place with its first output
+// column (the running sum of outs) and its output count.
+func (d *hostDecoder) eachProjection(m *Model, in int, names []string, outs []int, place func(w []float32, col, out int)) error {
 	col := 0
 	for p, name := range names {
 		t, err := d.source(m, name)
@@ -371,36 +364,19 @@ func (d *hostDecoder) readProjectionsBF16(m *Model, dst *[]uint16, in int, names
 		if t.Size() != outs[p]*in {
 			return fmt.Errorf("tensor %q has shape %s, want [%d, %d]", name, t.Shape(), outs[p], in)
 		}
-		part := (*dst)[col*in : (col+outs[p])*in]
-		narrow := func(w []float32) {
-			d.parallel(len(part), func(_, lo, hi int) { rowNarrowBF16(part[lo:hi], w[lo:hi]) })
-		}
 		if module := strings.TrimSuffix(name, ".weight"); m.adapted(module) {
 			var w []float32
 			if w, err = d.merged(m, t, module); err == nil {
-				narrow(w)
+				place(w, col, outs[p])
 			}
 		} else {
-			err = tensors.ConstFlatData(t, narrow)
+			err = tensors.ConstFlatData(t, func(w []float32) { place(w, col, outs[p]) })
 		}
 		if err != nil {
 			return fmt.Errorf("reading %q: %w", name, err)
 		}
 		col += outs[p]
 	}
-	return nil
-}
-
-// placeMerged places the projection module (its base weight t) with its LoRA adapter merged
-// in, W + s·B·A: a decode step then costs what the base model's does (the low-rank path
-// applied on the fly would add two thin products per projection and step). The adapters are
-// recorded as read, so that a train step that changes them makes the snapshot stale.
-func (d *hostDecoder) placeMerged(m *Model, dst []float32, t *tensors.Tensor, module string, in, total, col, out int) error {
-	w, err := d.merged(m, t, module)
-	if err != nil {
-		return err
-	}
-	d.placeProjection(dst, w, in, total, col, out)
 	return nil
 }
 
