@@ -218,7 +218,9 @@ func buildRoles(b *runtime.Backend, g *Graph, total int, from *resumeFrom, start
 			// off, no copy (as TRL and verl do).
 			ref := m.WithoutAdapters()
 			if !lora {
-				if ref, err = specializations.NewReference(m); err != nil {
+				// One copy of the initial weights, straight from the policy's tensors, held in
+				// bfloat16 where that is exact (runtime.Model.FrozenCopy).
+				if ref, err = m.FrozenCopy(); err != nil {
 					return nil, fmt.Errorf("role %q: reference: %w", n.Role.Name, err)
 				}
 			}

@@ -42,6 +42,10 @@ type RunOptions struct {
 	// watching, as with --no-watch).
 	Reload *ReloadOptions
 
+	// Group is this process's place in a group of processes (run_node.go: node 0 alone
+	// writes the run directory); the zero value is a run of one process.
+	Group GroupNode
+
 	hooks *runHooks // tests only
 }
 
@@ -75,6 +79,9 @@ type ObjectiveResult struct {
 
 // objectiveResult measures the recipe's objective over the run's metrics.jsonl.
 func (l *loop) objectiveResult() *ObjectiveResult {
+	if !l.dir.Writes() {
+		return nil // node 0 reports it (run_node.go)
+	}
 	recs, err := rundir.ReadMetrics(filepath.Join(l.dir.Path(), rundir.MetricsFile))
 	if err != nil {
 		return nil
@@ -114,7 +121,7 @@ func Run(ctx context.Context, cat *schema.Catalog, name string, opts RunOptions)
 	base := rec
 	var rp *resumePoint
 	if opts.Resume != "" {
-		if rp, err = openResume(opts.Resume, name); err != nil {
+		if rp, err = openResume(opts.Group, opts.Resume, name); err != nil {
 			watch.close()
 			return nil, err
 		}
@@ -616,6 +623,7 @@ func (l *loop) rollout(id int) error {
 	if b.data.Len() == 0 {
 		err = l.skip(id, b)
 	} else {
+		l.releaseBeforeTrain() // run_memory.go
 		tp, err = l.trainPasses(id, b.data)
 	}
 	if err != nil {
@@ -631,6 +639,7 @@ func (l *loop) rollout(id int) error {
 		return err
 	}
 	tUpd := time.Since(t)
+	l.releaseAfterTrain()
 	l.res.Phases["update_weights"] += tUpd
 	var val map[string]float64
 	if k.EvalEvery > 0 && (id+1)%k.EvalEvery == 0 || id == k.NumRollout-1 || l.epochsDone() {
@@ -661,6 +670,7 @@ func perfMetrics(genTokens int, tGen time.Duration, tp trained, tUpd, elapsed ti
 	}
 	if tp.slots > 0 { // the share of the trained positions that were padding (see knobs.pack)
 		perf["perf/train_pad_frac"] = 1 - float64(tp.realTokens)/float64(tp.slots)
+		perf["perf/train_micro_batches"] = float64(tp.microBatches) // fewer, fuller ones packed
 	}
 	return perf
 }
@@ -703,6 +713,7 @@ func (l *loop) trainPasses(id int, d *rollout.Rollout) (trained, error) {
 		out.tokens += t.tokens
 		out.slots += t.slots
 		out.realTokens += t.realTokens
+		out.microBatches += t.microBatches
 		out.records = append(out.records, t.records...)
 		if k.TotalBatches > 0 && l.state.Step >= k.TotalBatches {
 			break

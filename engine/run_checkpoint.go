@@ -47,7 +47,7 @@ func (c *checkpointer) open() error {
 		if root == "" {
 			root = "runs"
 		}
-		if c.dir, err = rundir.Create(root, c.rec.Name, now()); err != nil {
+		if c.dir, err = createRunDir(c.opts.Group, root, c.rec.Name, now()); err != nil {
 			return err
 		}
 		if err := c.dir.WriteRecipe(1, text); err != nil {
@@ -117,6 +117,9 @@ func (c *checkpointer) nameLoRABases() {
 // Hard links cost nothing; where they fail the files are copied, which is
 // reported.
 func (c *checkpointer) keepInitial() error {
+	if !c.dir.Writes() {
+		return nil // node 0 keeps them
+	}
 	for _, r := range c.roles {
 		if r.model != nil && r.model.LoRA() != nil && r.dir == "" {
 			// A built-in base has no directory for saved adapters to name: it is written
@@ -154,6 +157,11 @@ func (c *checkpointer) keepInitial() error {
 // save writes the checkpoint of rollout id: every trainable role's model
 // (Hugging Face layout), optimizer and RNG state, and the loop state.
 func (c *checkpointer) save(id int) error {
+	if !c.dir.Writes() {
+		// Node 0 saves. (With weights sharded across processes, the other nodes will have
+		// to take part in gathering them before this return.)
+		return nil
+	}
 	t := time.Now()
 	c.state.Rollout = id
 	c.state.Version = c.version
@@ -247,8 +255,8 @@ type resumePoint struct {
 // (checksums, engine.json) is rejected: moved aside
 // with a message on the console and in events.jsonl, never deleted, and
 // the previous complete checkpoint is tried.
-func openResume(path, name string) (_ *resumePoint, err error) {
-	d, err := rundir.Open(path)
+func openResume(n GroupNode, path, name string) (_ *resumePoint, err error) {
+	d, err := openRunDir(n, path)
 	if err != nil {
 		return nil, err
 	}

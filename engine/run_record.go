@@ -72,7 +72,7 @@ type tbLog struct {
 // turn it off; it follows l.ckpt.open (the run directory is open and, on
 // resume, the loop state restored).
 func (l *loop) openTensorBoard() {
-	if l.opts.NoTensorBoard || l.dir == nil {
+	if l.opts.NoTensorBoard || l.dir == nil || !l.dir.Writes() {
 		return
 	}
 	t := &tbLog{l: l, rollout: max(l.state.Rollout+1, 0)}

@@ -31,8 +31,9 @@ type trainer struct {
 	rowAdv []float64
 	// slots and realTokens count the token positions the trained micro-batches computed
 	// (padding included, packed or not) and the real tokens among them, for
-	// perf/train_pad_frac; roles of different pools add to them concurrently.
-	slots, realTokens atomic.Int64
+	// perf/train_pad_frac, and microBatches the language-model micro-batches (see knobs.pack);
+	// roles of different pools add to them concurrently.
+	slots, realTokens, microBatches atomic.Int64
 }
 
 // trained is what train steps did: one metrics record per optimizer
@@ -42,8 +43,8 @@ type trained struct {
 	sync, train time.Duration
 	tokens      int
 	// slots are the token positions the micro-batches computed, padding included (0 when
-	// no language model trained), of which realTokens held a real token.
-	slots, realTokens int64
+	// no language model trained), of which realTokens held a real token, in microBatches.
+	slots, realTokens, microBatches int64
 }
 
 // batchOptions are PrepareBatch's options for a role.
@@ -81,6 +82,7 @@ func (tr *trainer) step(id, pass int, d *rollout.Rollout) (trained, error) {
 	t = time.Now()
 	tr.slots.Store(0)
 	tr.realTokens.Store(0)
+	tr.microBatches.Store(0)
 	outs := tr.trainPools(id, d)
 	tTrain := time.Since(t)
 	nsteps := -1
@@ -110,7 +112,7 @@ func (tr *trainer) step(id, pass int, d *rollout.Rollout) (trained, error) {
 		}
 	}
 	return trained{records: recs, sync: tSync, train: tTrain, tokens: ntok * nTrained,
-		slots: tr.slots.Load(), realTokens: tr.realTokens.Load()}, nil
+		slots: tr.slots.Load(), realTokens: tr.realTokens.Load(), microBatches: tr.microBatches.Load()}, nil
 }
 
 // injectSyncs runs the inject syncs in dependency order: each source role produces its
@@ -355,6 +357,7 @@ func (tr *trainer) countSlots(rd *rollout.Rollout, mbs []map[string]*tensors.Ten
 	}
 	tr.slots.Add(slots)
 	tr.realTokens.Add(real)
+	tr.microBatches.Add(int64(len(mbs)))
 }
 
 // rowAdvantages is each row's advantage for the episode log: the mean over

@@ -3,7 +3,7 @@ package runtime
 import "fmt"
 
 // Sequence lengths are padded up to a small set of buckets so that a run compiles a handful of
-// graphs (context.Exec caches at most 32 per executor) rather than one per batch shape.
+// graphs rather than one per batch shape (each is compiled once and kept: shapecache.go).
 var lengthBuckets = []int{16, 32, 64, 128, 256, 384, 512, 768, 1024, 1536, 2048, 3072, 4096, 6144, 8192}
 
 // BucketLength returns the smallest length bucket ≥ n.

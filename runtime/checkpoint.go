@@ -59,6 +59,10 @@ func (t *Trainer) SaveCheckpoint(dir string, rng []byte) error {
 		return fmt.Errorf("checkpoint: %w", err)
 	}
 	var opt []safetensors.Tensor
+	// The file is written one tensor at a time (safetensors.Encode fills each tensor just
+	// before writing it), so one encode buffer serves every float32 tensor: no fresh
+	// allocation, and no fresh pages to fault in, per tensor.
+	var scratch []byte
 	for i := range t.trainVar {
 		name := t.paramName(i)
 		for _, kind := range []struct {
@@ -71,6 +75,9 @@ func (t *Trainer) SaveCheckpoint(dir string, rng []byte) error {
 			shape := t.trainVar[i].Shape().Dimensions
 			opt = append(opt, safetensors.Tensor{Name: kind.prefix + name, DType: safetensors.F32, Shape: shape,
 				Fill: func() ([]byte, error) {
+					if t.dp.fsdpOrNil() == nil { // encoded straight from the variable's tensor
+						return float32Bytes(&scratch, kind.vars[i], "optimizer state", kind.prefix+name, shape)
+					}
 					data, err := t.stateValues(i, kind.vars[i])
 					if err != nil {
 						return nil, fmt.Errorf("optimizer state of %s: %w", name, err)
@@ -87,11 +94,7 @@ func (t *Trainer) SaveCheckpoint(dir string, rng []byte) error {
 		}
 		opt = append(opt, safetensors.Tensor{Name: masterPrefix + p.Name, DType: safetensors.F32, Shape: p.Shape,
 			Fill: func() ([]byte, error) {
-				data, err := t.m.ParamValues(p.Name)
-				if err != nil {
-					return nil, err
-				}
-				return safetensors.FromFloat32(masterPrefix+p.Name, p.Shape, data).Data, nil
+				return float32Bytes(&scratch, t.m.Variable(p.Name), "model", p.Name, p.Shape)
 			}})
 	}
 	if err := safetensors.WriteFile(filepath.Join(tmp, optimizerFile), opt, map[string]string{"format": checkpointFormat}); err != nil {

@@ -113,7 +113,6 @@ func chunkedHead(dt dtypes.DType, hidden, w *Node, inputs []*Node, chunkRows int
 		if dh != nil {
 			return
 		}
-		dw = ZerosLike(ws)
 		dhs := make([]*Node, len(spans))
 		for i, s := range spans {
 			z := LinearIn(dt, rows(hs, s), ws) // [rows, vocab], recomputed
@@ -127,9 +126,15 @@ func chunkedHead(dt dtypes.DType, hidden, w *Node, inputs []*Node, chunkRows int
 					dot = Add(dot, t)
 				}
 			}
-			gz := Gradient(dot, z)[0]                                                     // [rows, vocab]
-			dhs[i] = DotGeneralIn(dt, gz, []int{1}, nil, ws, []int{0}, nil)               // G·w
-			dw = Add(dw, DotGeneralIn(dt, gz, []int{0}, nil, rows(hs, s), []int{0}, nil)) // Gᵀ·h
+			gz := Gradient(dot, z)[0]                                       // [rows, vocab]
+			dhs[i] = DotGeneralIn(dt, gz, []int{1}, nil, ws, []int{0}, nil) // G·w
+			// Gᵀ·h, summed over the chunks from the first one's (not from zeros: a [vocab, d]
+			// array less to fill and add).
+			if dwi := DotGeneralIn(dt, gz, []int{0}, nil, rows(hs, s), []int{0}, nil); dw == nil {
+				dw = dwi
+			} else {
+				dw = Add(dw, dwi)
+			}
 		}
 		dh = Concatenate(dhs, 0)
 	}
@@ -151,13 +156,19 @@ func chunkedHead(dt dtypes.DType, hidden, w *Node, inputs []*Node, chunkRows int
 		}
 		return v
 	}
-	hc := IdentityWithCustomGradient(h, func(_, adj *Node) *Node {
-		grads(adjoints(adj, colOf))
-		return dh
-	})
+	//
+	// The adjoint of w is a [vocab, d] array (the gather's gradient scatters the n values into
+	// it: 544 MiB at Qwen's vocabulary), that of h only [n, d]. Autodiff visits nodes from the
+	// last built to the first, so wc is built before hc: when both need a gradient, hc's runs
+	// first and reads the adjoints from h, and wc's ignores its own, which is then never computed.
+	// Only when h needs none (a frozen body under a trained head) are they read from w.
 	wc := IdentityWithCustomGradient(w, func(_, adj *Node) *Node {
 		grads(adjoints(adj, flatOf))
 		return dw
+	})
+	hc := IdentityWithCustomGradient(h, func(_, adj *Node) *Node {
+		grads(adjoints(adj, colOf))
+		return dh
 	})
 	outs := make([]*Node, K)
 	for k := range K {

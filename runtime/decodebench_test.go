@@ -83,43 +83,60 @@ func BenchmarkDecodeStep(b *testing.B) {
 	first := newHostSeq(c, promptLen+1)
 	logits := make([]float32, 64*V)
 	s.prefillHost([]*hostSeq{first}, [][]int32{prompt}, [][]float32{logits[:V]})
-	for _, rows := range []int{1, 8, 64} {
-		b.Run(fmt.Sprintf("rows=%d", rows), func(b *testing.B) {
-			seqs := make([]*hostSeq, rows)
-			scratch := make([]*sampleScratch, rows)
-			tokens := make([]int32, rows)
-			for r := range seqs {
-				seqs[r] = newHostSeq(c, promptLen+1)
-				seqs[r].copyPrefix(first, c.HeadDim(), promptLen)
-				scratch[r] = newSampleScratch(V)
-				copy(logits[r*V:(r+1)*V], logits[:V])
-			}
-			opt := SampleOptions{MaxNewTokens: 1, Temperature: 1}
-			rng := rand.New(rand.NewPCG(2, 2))
-			cpu0 := processCPUSeconds()
-			for b.Loop() {
-				parallelFor(s.host.workers, rows, func(_, lo, hi int) {
-					for r := lo; r < hi; r++ {
-						scratch[r].prepare(logits[r*V:(r+1)*V], opt)
-					}
-				})
-				for r := range rows {
-					tokens[r], _ = scratch[r].choose(opt, rng)
-					seqs[r].n = promptLen // the same 64 cached positions at every step
-				}
-				s.host.step(seqs, nil, tokens, logits[:rows*V])
-			}
-			sec := b.Elapsed().Seconds() / float64(b.N)
-			bytes := float64(decodeStepBytes(c, rows, ctx, weightBytes))
-			b.ReportMetric(sec*1e3, "ms/step")
-			b.ReportMetric((processCPUSeconds()-cpu0)/float64(b.N)*1e3, "cpu-ms/step")
-			b.ReportMetric(float64(rows)/sec, "tok/s")
-			b.ReportMetric(bytes/1e6, "MB/step")
-			b.ReportMetric(bytes/sec/1e9, "GB/s")
-			b.ReportMetric(100*bytes/bw/sec, "%bound")
-			b.ReportMetric(bw/1e9, "bound-GB/s")
-		})
+	// A model computing in bfloat16 is timed with both kernels of its products, alternating:
+	// the bfloat16 dot-product kernels (the default) and the float32-input ones (widenInputs).
+	kernels := []string{""}
+	if weightBytes == 2 {
+		kernels = []string{"/f32in", "/bf16dot"}
 	}
+	for _, rows := range []int{1, 8, 64} {
+		for _, kernel := range kernels {
+			s.host.widenInputs = kernel == "/f32in"
+			benchDecodeRows(b, s, fmt.Sprintf("rows=%d%s", rows, kernel), rows, promptLen, ctx, weightBytes, bw, first, logits)
+		}
+	}
+}
+
+// benchDecodeRows is one of BenchmarkDecodeStep's sub-benchmarks: decode steps of rows copies
+// of the prefilled sequence first.
+func benchDecodeRows(b *testing.B, s *Sampler, name string, rows, promptLen, ctx, weightBytes int, bw float64, first *hostSeq, logits []float32) {
+	c := s.m.Config
+	V := c.VocabSize
+	b.Run(name, func(b *testing.B) {
+		seqs := make([]*hostSeq, rows)
+		scratch := make([]*sampleScratch, rows)
+		tokens := make([]int32, rows)
+		for r := range seqs {
+			seqs[r] = newHostSeq(c, promptLen+1)
+			seqs[r].copyPrefix(first, c.HeadDim(), promptLen)
+			scratch[r] = newSampleScratch(V)
+			copy(logits[r*V:(r+1)*V], logits[:V])
+		}
+		opt := SampleOptions{MaxNewTokens: 1, Temperature: 1}
+		rng := rand.New(rand.NewPCG(2, 2))
+		cpu0 := processCPUSeconds()
+		for b.Loop() {
+			parallelFor(s.host.workers, rows, func(_, lo, hi int) {
+				for r := lo; r < hi; r++ {
+					scratch[r].prepare(logits[r*V:(r+1)*V], opt)
+				}
+			})
+			for r := range rows {
+				tokens[r], _ = scratch[r].choose(opt, rng)
+				seqs[r].n = promptLen // the same 64 cached positions at every step
+			}
+			s.host.step(seqs, nil, tokens, logits[:rows*V])
+		}
+		sec := b.Elapsed().Seconds() / float64(b.N)
+		bytes := float64(decodeStepBytes(c, rows, ctx, weightBytes))
+		b.ReportMetric(sec*1e3, "ms/step")
+		b.ReportMetric((processCPUSeconds()-cpu0)/float64(b.N)*1e3, "cpu-ms/step")
+		b.ReportMetric(float64(rows)/sec, "tok/s")
+		b.ReportMetric(bytes/1e6, "MB/step")
+		b.ReportMetric(bytes/sec/1e9, "GB/s")
+		b.ReportMetric(100*bytes/bw/sec, "%bound")
+		b.ReportMetric(bw/1e9, "bound-GB/s")
+	})
 }
 
 // BenchmarkHostLoad times the host decoder updating its snapshot of the weights after a train

@@ -68,7 +68,7 @@ func NewNamedExec(backend backends.Backend, ctx *context.Context, label string,
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", label, err)
 	}
-	e.exec = exec
+	e.exec = anyShapes(exec)
 	return e, nil
 }
 

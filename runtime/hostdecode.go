@@ -39,12 +39,22 @@ type hostDecoder struct {
 	// are stored rounded to bfloat16 (layersBF16, headBF16), each product's input is rounded
 	// before it and its output after it, keys and values are rounded as they enter the cache,
 	// and attention rounds its queries, scores, weights and output as the graph's two bfloat16
-	// products do. A product of two bfloat16 values is exact in float32, so float32 GEMMs on
-	// the rounded operands are bfloat16 products with float32 accumulation.
+	// products do. The projections' products are bfloat16 dot products with float32
+	// accumulation (rowMatMulBF16Dot: VDPBF16PS or its emulation, see xb16); attention's, whose
+	// products of two bfloat16 values are exact in float32, float32 sums of the rounded operands.
 	bf16 bool
 	// xb is the rounded input of a product (bf16); qs, per worker, a rounded query.
 	xb []float32
 	qs [][]float32
+	// xb16 is the input of a bfloat16 product as bfloat16 bits, for the bfloat16 dot-product
+	// kernels (rowmatmul_bf16dot.go), which read the projections as stored (layersBF16,
+	// headBF16) and multiply-add pairs of bfloat16 values into float32 sums (VDPBF16PS, or its
+	// emulation: the same bits on every CPU). widenInputs has the products of bf16 use the
+	// float32 kernels on the rounded input instead (rowMatMulBF16: the weights widened, one
+	// float32 FMA per value), as before those kernels: the same numerics up to the order of the
+	// float32 sums and the flush of denormals (tests and benchmarks compare the two).
+	xb16        []uint16
+	widenInputs bool
 	// scratch, sized for the largest call so far: token rows × width.
 	x, h, qkv, attn, gu, act, mlp, last []float32
 	// rowSeq, rowSlot and lastRow map a step's token rows to sequences (see step).
@@ -452,10 +462,21 @@ func parallelFor(workers, n int, fn func(worker, lo, hi int)) {
 // rowMatMul, whose every output row depends on its input row alone, so that a sequence's
 // samples never depend on the other rows of its batch (OpenBLAS rounds a row differently
 // with the number of rows of the call; see rowmatmul.go).
-// With bf16 the weights are rounded already; x is rounded into a scratch first and the
-// product rounded in place.
+// With bf16 the weights are rounded already; x is rounded into a scratch first (bfloat16 bits
+// for the bfloat16 dot-product kernels, which the bfloat16 weights take unless widenInputs)
+// and the product rounded in place.
 // wb, when not nil, is W as bfloat16 values (see hostLayerBF16), read instead of w.
 func (d *hostDecoder) matMul(out []float32, w []float32, wb []uint16, x []float32, rows, outDim, inDim int) {
+	if d.bf16 && wb != nil && !d.widenInputs {
+		if cap(d.xb16) < rows*inDim {
+			d.xb16 = make([]uint16, rows*inDim)
+		}
+		d.xb16 = d.xb16[:rows*inDim]
+		rowNarrowBF16(d.xb16, x[:rows*inDim])
+		rowMatMulBF16Dot(d.workers, out, wb, d.xb16, rows, outDim, inDim)
+		cpu.RoundToBF16(out[:rows*outDim], out[:rows*outDim])
+		return
+	}
 	if d.bf16 {
 		d.xb = grow(d.xb, rows*inDim)
 		cpu.RoundToBF16(d.xb, x[:rows*inDim])

@@ -311,7 +311,9 @@ func BenchmarkGRPOSampling(b *testing.B) {
 }
 
 // TestHostBF16WeightsSameBits: for a model computing in bfloat16 the decoder reads its
-// projections and head as bfloat16 values (hostLayerBF16); the samples are those of float32
+// projections and head as bfloat16 values (hostLayerBF16) with the bfloat16 dot-product
+// kernels, whose samples are the same bits with the instruction and with its emulation (so on
+// every CPU); with the float32-input kernels (widenInputs) the samples are those of float32
 // copies of the same values, bit for bit.
 func TestHostBF16WeightsSameBits(t *testing.T) {
 	cfg, _ := BuiltinConfig("bench")
@@ -330,6 +332,20 @@ func TestHostBF16WeightsSameBits(t *testing.T) {
 	}
 	prompts := randomSeqs(rand.New(rand.NewPCG(6, 6)), cfg.VocabSize, 9, 3, 9)
 	opt := SampleOptions{MaxNewTokens: 16, Temperature: 1, Seed: 5}
+	dot, err := s.Generate(prompts, opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bf16DotKernel = kernelScalar
+	emulated, err := s.Generate(prompts, opt)
+	bf16DotKernel = kernelBest
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(dot, emulated) {
+		t.Fatalf("bfloat16 dot products (%d kernels): %v, emulated: %v", bf16DotLevels, dot, emulated)
+	}
+	s.host.widenInputs = true
 	packed, err := s.Generate(prompts, opt)
 	if err != nil {
 		t.Fatal(err)

@@ -5,6 +5,8 @@ import (
 	"os"
 	"strconv"
 	"strings"
+
+	"github.com/gomlx/gomlx/backends"
 )
 
 // The machine's memory, probed where models are read or built (never while parsing a
@@ -71,4 +73,43 @@ func memoryLimit() (uint64, string) {
 		}
 	}
 	return limit, what
+}
+
+// idleShare: memory left idle at a phase boundary is returned to the system only when it is at
+// least 1/idleShare of the process's memory limit (MemoryLimit): less costs the machine little,
+// and keeping it saves mapping and faulting it in again at its next use.
+const idleShare = 16
+
+// worthReleasing says whether bytes of idle memory are worth returning to the system now.
+func worthReleasing(bytes int64) bool {
+	return bytes > 0 && uint64(bytes) >= MemoryLimit()/idleShare
+}
+
+// poolReleaser is a backend that keeps storage for reuse between executions and can return it
+// (runtime/cpu).
+type poolReleaser interface {
+	PooledBytes() int
+	ReleasePooled() int
+}
+
+// ReleaseIdle returns the storage the backend keeps for reuse between executions (the cpu
+// backend's pool: the last train step's activations, kept for the next step) to the system
+// when it is worth it (worthReleasing): for the phases of a rollout that run no large program
+// (host sampling, evaluation, a checkpoint's writing), which would otherwise hold it resident
+// beside their own memory. It returns the bytes released.
+func (b *Backend) ReleaseIdle() int64 {
+	var inner backends.Backend = b
+	for {
+		if r, ok := inner.(poolReleaser); ok {
+			if !worthReleasing(int64(r.PooledBytes())) {
+				return 0
+			}
+			return int64(r.ReleasePooled())
+		}
+		w, ok := inner.(*Backend)
+		if !ok || w.Backend == nil {
+			return 0
+		}
+		inner = w.Backend
+	}
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/gomlx/gomlx/backends"
 	"github.com/gomlx/gomlx/pkg/core/dtypes"
+	"github.com/gomlx/gomlx/pkg/core/dtypes/bfloat16"
 	. "github.com/gomlx/gomlx/pkg/core/graph" //nolint:revive // graph-building code reads better unqualified.
 	"github.com/gomlx/gomlx/pkg/core/shapes"
 	"github.com/gomlx/gomlx/pkg/core/tensors"
@@ -119,26 +120,32 @@ func NewModelIn(ctx *context.Context, scope string, cfg Config, seed uint64) (*M
 	m := newEmptyModel(ctx, scope, cfg)
 	rng := rand.New(rand.NewPCG(seed, 0x5354585f494e4954)) // "STX_INIT"
 	for _, p := range m.params {
-		size := 1
-		for _, d := range p.Shape {
-			size *= d
-		}
-		data := make([]float32, size)
-		switch {
-		case strings.HasSuffix(p.Name, "norm.weight"):
-			for i := range data {
-				data[i] = 1
+		// Drawn straight into the variable's tensor: no second copy of a real-size model.
+		t := tensors.FromShape(shapes.Make(dtypes.Float32, p.Shape...))
+		if err := tensors.MutableFlatData(t, func(data []float32) {
+			switch {
+			case strings.HasSuffix(p.Name, "norm.weight"):
+				for i := range data {
+					data[i] = 1
+				}
+			case strings.HasSuffix(p.Name, ".bias"):
+				clear(data)
+			default:
+				for i := range data {
+					data[i] = float32(rng.NormFloat64() * cfg.InitStd)
+				}
 			}
-		case strings.HasSuffix(p.Name, ".bias"):
-			// zeros
-		default:
-			for i := range data {
-				data[i] = float32(rng.NormFloat64() * cfg.InitStd)
+		}); err != nil {
+			return nil, fmt.Errorf("initialising %q: %w", p.Name, err)
+		}
+		if v := m.Variable(p.Name); v != nil {
+			if err := v.SetValue(t); err != nil {
+				return nil, fmt.Errorf("initialising %q: %w", p.Name, err)
 			}
+			continue
 		}
-		if err := m.SetParam(p.Name, data); err != nil {
-			return nil, err
-		}
+		scope, vn := m.variableScope(p.Name)
+		m.ctx.InAbsPath(scope).Checked(false).VariableWithValue(vn, t)
 	}
 	return m, nil
 }
@@ -672,4 +679,71 @@ func MaskedMean(x, mask *Node) *Node {
 func (m *Model) TokenLogProbs(ctx *context.Context, tokens, targets *Node) *Node {
 	h := m.Forward(ctx, tokens)
 	return chunkedLogProbs(m.computeDType(), h, m.headWeight(ctx, h.Graph()), targets, m.headChunkRows())
+}
+
+// FrozenCopy returns a frozen copy of the model's current weights in a context of its own (a
+// policy's reference, which must keep the initial weights while the policy trains): the same
+// config and tensors, nothing trainable, and otherwise a new model's settings. Each tensor is
+// copied once, straight from the model's. A matrix whose every value is a bfloat16 (weights
+// read from a bfloat16 checkpoint, as most are) is held in bfloat16: the same values in half
+// the memory, which the graphs widen exactly at each use (lora_base.go), so the copy computes
+// the same bits as a float32 copy would.
+func (m *Model) FrozenCopy() (*Model, error) {
+	c := newEmptyModel(context.New(), "", m.Config)
+	for _, p := range c.params {
+		v := m.Variable(p.Name)
+		if v == nil {
+			return nil, fmt.Errorf("frozen copy: the model has no tensor %q", p.Name)
+		}
+		t, err := v.Value()
+		if err != nil {
+			return nil, fmt.Errorf("frozen copy: reading %q: %w", p.Name, err)
+		}
+		cp, err := frozenTensor(t, len(p.Shape) == 2 && p.Name != "score.weight")
+		if err != nil {
+			return nil, fmt.Errorf("frozen copy: %q: %w", p.Name, err)
+		}
+		scope, vn := c.variableScope(p.Name)
+		c.ctx.InAbsPath(scope).Checked(false).VariableWithValue(vn, cp)
+	}
+	c.SetTrainable(false)
+	return c, nil
+}
+
+// frozenTensor copies t into a new host tensor: in bfloat16 when narrow allows it and every
+// value of a float32 t is a bfloat16 (its low 16 bits are zero), else in t's dtype.
+func frozenTensor(t *tensors.Tensor, narrow bool) (*tensors.Tensor, error) {
+	var out *tensors.Tensor
+	var inner error
+	if narrow && t.DType() == dtypes.Float32 {
+		err := tensors.ConstFlatData(t, func(f []float32) {
+			if !bf16Exact(f) {
+				return
+			}
+			out = tensors.FromShape(shapes.Make(dtypes.BFloat16, t.Shape().Dimensions...))
+			inner = tensors.MutableFlatData(out, func(h []bfloat16.BFloat16) {
+				for i, x := range f {
+					h[i] = bfloat16.BFloat16(math.Float32bits(x) >> 16)
+				}
+			})
+		})
+		if err = firstErr(err, inner); err != nil || out != nil {
+			return out, err
+		}
+	}
+	out = tensors.FromShape(t.Shape())
+	err := t.ConstBytes(func(src []byte) {
+		inner = out.MutableBytes(func(dst []byte) { copy(dst, src) })
+	})
+	return out, firstErr(err, inner)
+}
+
+// bf16Exact reports whether every value of f is a bfloat16 widened (its low 16 bits zero).
+func bf16Exact(f []float32) bool {
+	for _, x := range f {
+		if math.Float32bits(x)&0xffff != 0 {
+			return false
+		}
+	}
+	return true
 }

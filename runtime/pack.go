@@ -62,30 +62,17 @@ func packRowBucket(n int) int {
 	}
 }
 
-// Pack places sequences of the given lengths (each ≤ T, the unpacked row length) into rows of
-// budget tokens, first-fit by decreasing length (ties in row order, so the layout is
-// deterministic). A sequence longer than the budget is an error: it cannot share a row, and
-// cutting it would change its attention. The row count is rounded up to a bucket
-// (packRowBucket) but never past R: with budget ≤ T a packed micro-batch never has more slots
-// than the unpacked one.
-func Pack(lengths []int, T, budget int) (*Packing, error) {
-	if budget <= 0 {
-		return nil, fmt.Errorf("pack: token budget %d, want > 0", budget)
-	}
-	R := len(lengths)
-	order := make([]int, R)
-	for i, n := range lengths {
-		switch {
-		case n < 0 || n > T:
-			return nil, fmt.Errorf("pack: sequence %d has %d tokens, outside [0, %d]", i, n, T)
-		case n > budget:
-			return nil, fmt.Errorf("pack: sequence %d has %d tokens, more than the %d tokens of a packed row (raise pack_tokens, or set pack: false)", i, n, budget)
-		}
+// firstFitDecreasing assigns sequences of the given lengths to rows of budget tokens, first-fit
+// by decreasing length (ties in row order, so the layout is deterministic): each sequence's row
+// (−1 for an empty sequence) and the number of rows used.
+func firstFitDecreasing(lengths []int, budget int) (row []int, used int) {
+	order := make([]int, len(lengths))
+	for i := range order {
 		order[i] = i
 	}
 	slices.SortStableFunc(order, func(a, b int) int { return cmp.Compare(lengths[b], lengths[a]) })
-	var free []int        // tokens left in each packed row
-	row := make([]int, R) // the packed row of each sequence
+	var free []int // tokens left in each packed row
+	row = make([]int, len(lengths))
 	for _, s := range order {
 		n := lengths[s]
 		if n == 0 {
@@ -104,15 +91,62 @@ func Pack(lengths []int, T, budget int) (*Packing, error) {
 			free = append(free, budget-n)
 		}
 	}
-	// Every sequence takes one row at most, so R rows always suffice.
-	P := max(min(packRowBucket(len(free)), R), len(free), 1)
+	return row, len(free)
+}
+
+// checkLengths reports a sequence outside [0, T] or longer than a packed row of budget tokens.
+func checkLengths(lengths []int, T, budget int) error {
+	if budget <= 0 {
+		return fmt.Errorf("pack: token budget %d, want > 0", budget)
+	}
+	for i, n := range lengths {
+		switch {
+		case n < 0 || n > T:
+			return fmt.Errorf("pack: sequence %d has %d tokens, outside [0, %d]", i, n, T)
+		case n > budget:
+			return fmt.Errorf("pack: sequence %d has %d tokens, more than the %d tokens of a packed row (raise pack_tokens, or set pack: false)", i, n, budget)
+		}
+	}
+	return nil
+}
+
+// Pack places sequences of the given lengths (each ≤ T, the unpacked row length) into rows of
+// budget tokens, first-fit by decreasing length (ties in row order, so the layout is
+// deterministic). A sequence longer than the budget is an error: it cannot share a row, and
+// cutting it would change its attention. The row count is rounded up to a bucket
+// (packRowBucket) but never past R: with budget ≤ T a packed micro-batch never has more slots
+// than the unpacked one.
+func Pack(lengths []int, T, budget int) (*Packing, error) {
+	return PackRows(lengths, T, budget, len(lengths))
+}
+
+// packedRows is the row count of a packed layout whose sequences (R of them) take used rows:
+// rounded up to a bucket, but never past maxRows nor R (every sequence takes one row at most, so
+// R rows always suffice).
+func packedRows(used, R, maxRows int) int {
+	return max(min(packRowBucket(used), R, max(maxRows, 1)), used, 1)
+}
+
+// PackRows is Pack into at most maxRows packed rows (an error when the sequences need more):
+// the rows of a token-budget micro-batch (PackGroups). The row count is rounded up to a bucket
+// but never past maxRows nor the number of sequences.
+func PackRows(lengths []int, T, budget, maxRows int) (*Packing, error) {
+	if err := checkLengths(lengths, T, budget); err != nil {
+		return nil, err
+	}
+	R := len(lengths)
+	row, used := firstFitDecreasing(lengths, budget)
+	if used > max(maxRows, 1) {
+		return nil, fmt.Errorf("pack: %d sequences need %d rows of %d tokens, more than %d", R, used, budget, maxRows)
+	}
+	P := packedRows(used, R, maxRows)
 	pk := &Packing{SeqRows: R, SeqLength: T, Rows: P, Length: budget,
 		Index: make([]int32, P*budget), Unpack: make([]int32, R*T),
 		Positions: make([]int32, P*budget), Segments: make([]int32, P*budget)}
 	for i := range pk.Unpack {
 		pk.Unpack[i] = -1
 	}
-	used := make([]int, P)
+	fill := make([]int, P)
 	segs := make([]int32, P)
 	for s := range R { // sequences keep their row order inside a packed row
 		n, p := lengths[s], row[s]
@@ -120,14 +154,14 @@ func Pack(lengths []int, T, budget int) (*Packing, error) {
 			continue
 		}
 		segs[p]++
-		base := p*budget + used[p]
+		base := p*budget + fill[p]
 		for t := range n {
 			pk.Index[base+t] = int32(s*T + t)
 			pk.Unpack[s*T+t] = int32(base + t)
 			pk.Positions[base+t] = int32(t)
 			pk.Segments[base+t] = segs[p]
 		}
-		used[p] += n
+		fill[p] += n
 		pk.RealTokens += n
 	}
 	return pk, nil

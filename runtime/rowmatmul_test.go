@@ -87,18 +87,23 @@ func TestRowMatMulRowIndependent(t *testing.T) {
 }
 
 // BenchmarkRowMatMul times the decode products of the 0.5B shape (hidden 896, q+k+v 1152,
-// gate+up 9728, down from 4864) at 1, 8 and 64 rows: rowMatMul against OpenBLAS's x·Wᵀ on
-// the same [out, in] weights and its x·W on weights stored [in, out] (sgemmNN: the host
-// decoder's layout before rowMatMul). GB/s counts the weights read once per call.
+// gate+up 9728, down from 4864) at 1, 8 and 64 rows, and those of the "bench" model (hidden
+// 256: q+k+v 768, o 256, gate+up 1408, down from 704, head 2048; BenchmarkHostSampling's) at 8:
+// rowMatMul against OpenBLAS's x·Wᵀ on the same [out, in] weights and its x·W on weights
+// stored [in, out] (sgemmNN: the host decoder's layout before rowMatMul). GB/s counts the
+// weights read once per call.
 func BenchmarkRowMatMul(b *testing.B) {
 	rng := rand.New(rand.NewPCG(1, 1))
-	for _, s := range [][2]int{{1152, 896}, {9728, 896}, {896, 4864}} {
+	for _, s := range [][3]int{{1152, 896}, {9728, 896}, {896, 4864}, {768, 256, 8}, {256, 256, 8}, {1408, 256, 8}, {256, 704, 8}, {2048, 256, 8}} {
 		n, k := s[0], s[1]
 		w := make([]float32, n*k)
 		for i := range w {
 			w[i] = rng.Float32()
 		}
 		for _, rows := range []int{1, 8, 64} {
+			if s[2] != 0 && rows != s[2] {
+				continue
+			}
 			x, out := make([]float32, rows*k), make([]float32, rows*n)
 			for i := range x {
 				x[i] = rng.Float32()

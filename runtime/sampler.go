@@ -81,7 +81,7 @@ func NewSampler(backend backends.Backend, m *Model) (*Sampler, error) {
 	if err != nil {
 		return nil, fmt.Errorf("sampler: %w", err)
 	}
-	return &Sampler{m: m, exec: exec, hostDecode: decodesOnHost(backend), simpleGo: isSimpleGo(backend),
+	return &Sampler{m: m, exec: anyShapes(exec), hostDecode: decodesOnHost(backend), simpleGo: isSimpleGo(backend),
 		prefillTokens: hostPrefillTokens, keptCacheBytes: maxKeptCacheBytes}, nil
 }
 

@@ -39,6 +39,8 @@ func NewScorer(backend backends.Backend, m *Model) (*Scorer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("scorer: %w", err)
 	}
+	anyShapes(lp)
+	anyShapes(lpEnt)
 	return &Scorer{m: m, lp: lp, lpEnt: lpEnt}, nil
 }
 

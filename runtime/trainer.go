@@ -94,6 +94,7 @@ func NewTrainer[M Weights](backend backends.Backend, m M, loss LossOf[M], cfg Tr
 	if t.accumulate, err = context.NewExec(backend, m.Context(), t.accumulateGraph); err != nil {
 		return nil, fmt.Errorf("trainer: %w", err)
 	}
+	anyShapes(t.accumulate)
 	if t.applyFresh, err = context.NewExec(backend, m.Context(), func(ctx *context.Context, in []*Node) []*Node {
 		return t.applyGraph(ctx, in, false)
 	}); err != nil {

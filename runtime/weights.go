@@ -1,6 +1,7 @@
 package runtime
 
 import (
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -12,6 +13,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/gomlx/gomlx/pkg/core/dtypes"
 	"github.com/gomlx/gomlx/pkg/core/tensors"
 	"github.com/gomlx/gomlx/pkg/ml/context"
 	"stx.dev/stx/internal/plainfile"
@@ -227,14 +229,7 @@ func (m *Model) lazyTensors() []safetensors.Tensor {
 	for _, p := range m.params {
 		dt := m.SaveDType(p.Name)
 		ts = append(ts, safetensors.Tensor{Name: p.Name, DType: dt, Shape: p.Shape,
-			Fill: func() ([]byte, error) {
-				data, err := m.ParamValues(p.Name)
-				if err != nil {
-					return nil, err
-				}
-				t, err := safetensors.FromFloat32As(p.Name, dt, p.Shape, data)
-				return t.Data, err
-			}})
+			Fill: func() ([]byte, error) { return encodedValues(m.Variable(p.Name), "model", p.Name, dt, p.Shape) }})
 	}
 	return ts
 }
@@ -341,4 +336,63 @@ func writeFileAtomic(path string, data []byte) error {
 		return err
 	}
 	return nil
+}
+
+// encodedValues returns the values of v, owner's tensor name of the given shape, encoded as dt,
+// read straight from the variable's tensor: a checkpoint of a real-size model then holds one
+// encoded copy of the tensor being written, not a float32 copy as well.
+func encodedValues(v *context.Variable, owner, name string, dt safetensors.DType, shape []int) ([]byte, error) {
+	if v == nil {
+		return nil, fmt.Errorf("%s has no tensor %q", owner, name)
+	}
+	t, err := v.Value()
+	if err != nil {
+		return nil, fmt.Errorf("reading %q: %w", name, err)
+	}
+	var out safetensors.Tensor
+	var inner error
+	if t.DType() != dtypes.Float32 {
+		data, err := tensorFloat32s(t) // a frozen base held in bfloat16 (lora_base.go)
+		if err != nil {
+			return nil, fmt.Errorf("reading %q: %w", name, err)
+		}
+		out, inner = safetensors.FromFloat32As(name, dt, shape, data)
+		return out.Data, inner
+	}
+	err = tensors.ConstFlatData(t, func(data []float32) {
+		out, inner = safetensors.FromFloat32As(name, dt, shape, data)
+	})
+	if err = firstErr(err, inner); err != nil {
+		return nil, fmt.Errorf("encoding %q: %w", name, err)
+	}
+	return out.Data, nil
+}
+
+// float32Bytes is encodedValues as float32 into *buf, grown as needed and reused by the next
+// call: the caller must be done with the bytes before it calls again.
+func float32Bytes(buf *[]byte, v *context.Variable, owner, name string, shape []int) ([]byte, error) {
+	if v == nil {
+		return nil, fmt.Errorf("%s has no tensor %q", owner, name)
+	}
+	t, err := v.Value()
+	if err != nil {
+		return nil, fmt.Errorf("reading %q: %w", name, err)
+	}
+	if t.DType() != dtypes.Float32 {
+		return encodedValues(v, owner, name, safetensors.F32, shape)
+	}
+	var out []byte
+	err = tensors.ConstFlatData(t, func(data []float32) {
+		if n := 4 * len(data); cap(*buf) < n {
+			*buf = make([]byte, n)
+		}
+		out = (*buf)[:4*len(data)]
+		for i, x := range data {
+			binary.LittleEndian.PutUint32(out[4*i:], math.Float32bits(x))
+		}
+	})
+	if err != nil {
+		return nil, fmt.Errorf("encoding %q: %w", name, err)
+	}
+	return out, nil
 }

@@ -14,9 +14,15 @@ get_peft_model (rank R, alpha 2R, --lora-targets, default all-linear), the optim
 adapters alone and the frozen reference is the base with the adapters disabled (as TRL does it).
 It needs transformers and peft on PYTHONPATH (scripts/fetch-peft.sh installs them).
 
+--dtype bfloat16 is `stx bench --dtype bfloat16`'s peer: the forward and the train steps run under
+CPU autocast (bf16 matrix products, f32 weights, gradients and AdamW, as stx's bf16 mode), and
+sampling casts the model's weights to bf16 first and decodes with them (as a Hugging Face model
+loaded with torch_dtype=bfloat16 generates); log-softmax and sampling stay in f32 on both sides.
+
 It is not part of stx or its tests: it only exists to measure the peer.
 """
 import argparse
+import contextlib
 import ctypes
 import json
 import math
@@ -69,7 +75,8 @@ def rope(x, pos):  # x [B, H, T, HD]; pos [T] or [B, T]
         ang = ang[:, None]
     c, s = ang.cos(), ang.sin()
     x1, x2 = x[..., :half], x[..., half:]
-    return torch.cat([x1 * c - x2 * s, x2 * c + x1 * s], dim=-1)
+    # Computed in f32 and returned in x's dtype, so that q and k stay in v's dtype in bf16.
+    return torch.cat([x1 * c - x2 * s, x2 * c + x1 * s], dim=-1).to(x.dtype)
 
 
 def rms(x, w):
@@ -125,7 +132,7 @@ class Model(torch.nn.Module):
 
 
 def token_logprobs(model, tokens, targets):
-    return model(tokens).log_softmax(-1).gather(-1, targets[..., None])[..., 0]
+    return model(tokens).float().log_softmax(-1).gather(-1, targets[..., None])[..., 0]
 
 
 class PeftPolicy:
@@ -145,7 +152,7 @@ class PeftPolicy:
         self.model = get_peft_model(base, lc)
 
     def logprobs(self, tokens, targets):
-        return self.model(input_ids=tokens).logits.log_softmax(-1).gather(-1, targets[..., None])[..., 0]
+        return self.model(input_ids=tokens).logits.float().log_softmax(-1).gather(-1, targets[..., None])[..., 0]
 
     def base_logprobs(self, tokens, targets):
         with self.model.disable_adapter():
@@ -185,6 +192,8 @@ def main():
     ap.add_argument("--only", default="", help="comma-separated measurements to run (as stx bench --only)")
     ap.add_argument("--lora", type=int, default=0, help="LoRA rank: PyTorch + PEFT adapters (0: full fine-tuning)")
     ap.add_argument("--lora-targets", default="all-linear", help="PEFT target_modules (comma-separated, or all-linear)")
+    ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"],
+                    help="compute dtype of the matrix products (see above)")
     args = ap.parse_args()
     names = ["forward_logprobs", "grpo_train_step", "sft_train_step", "kv_cache_sampling"]
     only = [n.strip() for n in args.only.split(",") if n.strip()] or names
@@ -202,10 +211,19 @@ def main():
         model = pol.model
         fwd, ref_fwd = pol.logprobs, pol.base_logprobs
     else:
-        model, ref = Model(), Model()
-        ref.load_state_dict(model.state_dict())
+        # The frozen reference copy is only built where the GRPO step needs it: at the 1.5B shape
+        # a second f32 copy is 6 GB that sampling alone never reads.
+        model = Model()
+        ref = None
+        if "grpo_train_step" in only:
+            ref = Model()
+            ref.load_state_dict(model.state_dict())
         fwd = lambda t, y: token_logprobs(model, t, y)  # noqa: E731
         ref_fwd = lambda t, y: token_logprobs(ref, t, y)  # noqa: E731
+    bf16 = args.dtype == "bfloat16"
+    # Under autocast the products run in bf16; the log-softmax of token_logprobs is taken of f32
+    # logits (autocast's CPU policy leaves log_softmax in the input's dtype).
+    amp = (lambda: torch.autocast("cpu", dtype=torch.bfloat16)) if bf16 else contextlib.nullcontext
     tokens = torch.randint(0, V, (B, T))
     targets = torch.roll(tokens, -1, 1)
     mask = torch.ones(B, T)
@@ -219,8 +237,10 @@ def main():
                     "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024})
 
     if "forward_logprobs" in only:
-        with torch.no_grad():
-            emit("forward_logprobs", B * T, timed(args.runs, lambda: fwd(tokens, targets)))
+        def forward():
+            with torch.no_grad(), amp():
+                fwd(tokens, targets)
+        emit("forward_logprobs", B * T, timed(args.runs, forward))
 
     # With LoRA only the adapters require gradients: the optimizer holds them alone.
     params = [p for p in model.parameters() if p.requires_grad]
@@ -228,9 +248,10 @@ def main():
     adv = torch.randn(B)
 
     def step():
-        with torch.no_grad():
+        with torch.no_grad(), amp():
             ref_lp = ref_fwd(tokens, targets)
-        lp = fwd(tokens, targets)
+        with amp():
+            lp = fwd(tokens, targets)
         ratio = (lp - ref_lp).exp()
         a = adv[:, None]
         surr = torch.minimum(ratio * a, ratio.clamp(0.8, 1.28) * a)
@@ -245,7 +266,9 @@ def main():
         emit("grpo_train_step", B * T, timed(args.runs, step))
 
     def sft():
-        loss = -(fwd(tokens, targets) * mask).sum() / mask.sum()
+        with amp():
+            lp = fwd(tokens, targets)
+        loss = -(lp * mask).sum() / mask.sum()
         opt.zero_grad()
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)
@@ -258,15 +281,22 @@ def main():
     def sample():
         with torch.no_grad():
             cache = {}
-            logits = model(prompts, cache, 0)[:, -1]
+            logits = model(prompts, cache, 0)[:, -1].float()
             for i in range(N):
                 nxt = torch.multinomial(logits.softmax(-1), 1)
                 if i == N - 1:
                     break
-                logits = model(nxt, cache, P + i)[:, -1]
+                logits = model(nxt, cache, P + i)[:, -1].float()
     if "kv_cache_sampling" in only and args.lora:
         print("peer: kv_cache_sampling is not measured with --lora (the hand-written cache needs the plain model)", file=sys.stderr)
     elif "kv_cache_sampling" in only:
+        if bf16:
+            # Sampling is the last measurement: the weights are cast in place (Module.to keeps
+            # the tied head shared), so the f32 copy is freed rather than held beside the bf16 one.
+            del opt
+            ref = None  # noqa: F841 (frees the reference copy the GRPO step held)
+            model.zero_grad(set_to_none=True)
+            model.to(torch.bfloat16)
         emit("kv_cache_sampling", B * N, timed(args.runs, sample))
     for o in out:
         print(json.dumps(o))

@@ -2,8 +2,10 @@ package specializations
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 
+	"github.com/gomlx/gomlx/pkg/core/shapes"
 	"github.com/gomlx/gomlx/pkg/core/tensors"
 
 	"stx.dev/stx/rollout"
@@ -310,22 +312,26 @@ func shallowCopy(r *rollout.Rollout) *rollout.Rollout {
 	return &c
 }
 
-// packInto adds the packed layout (runtime.Pack) of the micro-batch's rows, [len(rows), T] in
-// mb, into rows of budget tokens (0: runtime.PackAuto's choice).
-func packInto(mb map[string]*tensors.Tensor, r *rollout.Rollout, rows []int, T, budget int) error {
-	lengths := make([]int, len(rows))
+// packInto adds the packed layout (runtime.PackRows) of the micro-batch's rows, laid out as
+// [laid, T] in mb (laid ≥ len(rows): the rows after len(rows) are empty, see padRows), into at most
+// maxRows rows (0: one per sequence) of budget tokens (0: runtime.PackAuto's choice).
+func packInto(mb map[string]*tensors.Tensor, r *rollout.Rollout, rows []int, laid, T, budget, maxRows int) error {
+	lengths := make([]int, laid)
 	for i, row := range rows {
 		lengths[i] = len(r.Tokens[row])
+	}
+	if maxRows <= 0 {
+		maxRows = laid
 	}
 	var p *runtime.Packing
 	var err error
 	if budget > 0 {
-		for i, n := range lengths {
-			if n > budget { // named by its row of the mini-batch, which the user can find
-				return fmt.Errorf("row %d has %d tokens, more than pack_tokens %d (raise pack_tokens, or set pack: false)", rows[i], n, budget)
+		for i, row := range rows {
+			if lengths[i] > budget { // named by its row of the mini-batch, which the user can find
+				return fmt.Errorf("row %d has %d tokens, more than pack_tokens %d (raise pack_tokens, or set pack: false)", row, lengths[i], budget)
 			}
 		}
-		p, err = runtime.Pack(lengths, T, budget)
+		p, err = runtime.PackRows(lengths, T, budget, maxRows)
 	} else {
 		p, err = runtime.PackAuto(lengths, T)
 	}
@@ -336,4 +342,27 @@ func packInto(mb map[string]*tensors.Tensor, r *rollout.Rollout, rows []int, T, 
 		mb[k] = t
 	}
 	return nil
+}
+
+// padRows extends every per-row tensor of mb (first axis R) to laid rows with zeros: empty rows
+// (no tokens, mask 0, every per-row and per-token value 0) that round a token-budget
+// micro-batch's row count up to the ladder, so that few shapes compile. Their tokens (id 0) are
+// never computed: packed, an empty row takes no slot.
+func padRows(mb map[string]*tensors.Tensor, R, laid int) {
+	if laid == R {
+		return
+	}
+	for k, t := range mb {
+		dims := t.Shape().Dimensions
+		if len(dims) == 0 || dims[0] != R {
+			continue
+		}
+		wide := slices.Clone(dims)
+		wide[0] = laid
+		out := tensors.FromShape(shapes.Make(t.DType(), wide...))
+		t.ConstBytes(func(src []byte) {
+			out.MutableBytes(func(dst []byte) { copy(dst, src) })
+		})
+		mb[k] = out
+	}
 }

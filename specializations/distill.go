@@ -331,9 +331,11 @@ func (s *gkd) ExtractModelOutput(ctx *context.Context, m *runtime.Model, batch B
 	var outs []*Node
 	if s.topK > 0 {
 		// The target log-probs come from the divergence's own pass over the vocabulary.
-		outs = m.Head(ctx, hidden(ctx, m, batch), []*Node{batch[bTargets], teacher}, func(z *Node, rows []*Node) []*Node {
-			d, lp, _ := loss.GeneralizedJSDTopKAndLogProbs(z, rows[1], rows[0], s.topK, cfg) // shapes and cfg checked above
-			return []*Node{lp, d}
+		outs = perPosition(ctx, m, batch, []*Node{batch[bTargets], teacher}, func(h *Node, in []*Node) []*Node {
+			return m.Head(ctx, h, in, func(z *Node, rows []*Node) []*Node {
+				d, lp, _ := loss.GeneralizedJSDTopKAndLogProbs(z, rows[1], rows[0], s.topK, cfg) // shapes and cfg checked above
+				return []*Node{lp, d}
+			})
 		})
 	} else {
 		outs = headOutputs(ctx, m, batch, []*Node{teacher}, func(z *Node, rows []*Node) []*Node {
@@ -363,8 +365,11 @@ func (s *gkd) Produce() runtime.OutputFn {
 		}
 		// The teacher's full logits are its product (a wide column of the rollout); forward
 		// only, without gradient.
-		logits := m.Logits(ctx, hidden(ctx, m, batch))
-		return map[string]*Node{rollout.KeyLogProbs: runtime.LogProbs(logits, batch[bTargets]), rollout.KeyLogits: logits}
+		outs := perPosition(ctx, m, batch, []*Node{batch[bTargets]}, func(h *Node, in []*Node) []*Node {
+			logits := m.Logits(ctx, h)
+			return []*Node{runtime.LogProbs(logits, in[0]), logits}
+		})
+		return map[string]*Node{rollout.KeyLogProbs: outs[0], rollout.KeyLogits: outs[1]}
 	}
 }
 
@@ -372,14 +377,16 @@ func (s *gkd) Produce() runtime.OutputFn {
 // summary (loss.TeacherTopK at gkd_temperature) from one chunked pass over the head.
 func (s *gkd) produceTopK(ctx *context.Context, m *runtime.Model, batch map[string]*Node) map[string]*Node {
 	tau := s.cfg.Knobs.GKDTemperature
-	both := m.HeadRows(ctx, hidden(ctx, m, batch), []*Node{batch[bTargets]}, func(z *Node, rows []*Node) *Node {
-		sum, err := loss.TeacherTopK(z, s.topK, tau)
-		if err != nil {
-			panic(err) // a vocabulary no larger than k: the graph cannot be built
-		}
-		lp := ExpandAxes(runtime.LogProbs(z, rows[0]), -1)
-		return Concatenate([]*Node{lp, sum}, -1)
-	})
+	both := perPosition(ctx, m, batch, []*Node{batch[bTargets]}, func(h *Node, in []*Node) []*Node {
+		return []*Node{m.HeadRows(ctx, h, in, func(z *Node, rows []*Node) *Node {
+			sum, err := loss.TeacherTopK(z, s.topK, tau)
+			if err != nil {
+				panic(err) // a vocabulary no larger than k: the graph cannot be built
+			}
+			lp := ExpandAxes(runtime.LogProbs(z, rows[0]), -1)
+			return Concatenate([]*Node{lp, sum}, -1)
+		})}
+	})[0]
 	w := both.Shape().Dimensions[2]
 	return map[string]*Node{
 		rollout.KeyLogProbs: Squeeze(Slice(both, AxisRange(), AxisRange(), AxisRange(0, 1)), -1),
@@ -504,7 +511,30 @@ func (s *aggrevate) ComputeLoss(out Output, batch Batch, r loss.Reducer) (*Node,
 	if err != nil {
 		return nil, nil, err
 	}
-	return res.Loss, map[string]*Node{"mean_abs_weight": ReduceAllMean(Abs(res.Aux["weights"]))}, nil
+	// Σ|w| over the mini-batch's states (den_rows counts them) and candidates, so that the
+	// micro-batches add up to the mini-batch's mean however its states are grouped.
+	w := res.Aux["weights"]
+	states := Scalar(w.Graph(), w.DType(), float64(S)) // the micro-batch's, when it is the mini-batch
+	if n := batch[bDenRows]; n != nil {
+		states = Max(ConvertDType(n, w.DType()), OnesLike(states))
+	}
+	mean := Div(ReduceAllSum(Abs(w)), MulScalar(states, float64(K)))
+	return res.Loss, map[string]*Node{"mean_abs_weight": StopGradient(mean)}, nil
+}
+
+// miniBatchShare is the micro-batch's share of the mini-batch's rows (den_rows), in like's dtype:
+// a value reported once per micro-batch, times its share, adds up over the micro-batches to that
+// value however the rows are grouped. The micro-batch's rows are those with a token (last_token:
+// the empty rows of a token-budget micro-batch do not count). Without den_rows the micro-batch is
+// the mini-batch (1).
+func miniBatchShare(batch Batch, like *Node) *Node {
+	total := batch[bDenRows]
+	if total == nil {
+		return Scalar(like.Graph(), like.DType(), 1)
+	}
+	total = ConvertDType(total, like.DType())
+	own := ReduceAllSum(ConvertDType(batch[bLastToken], like.DType()))
+	return StopGradient(Div(own, Max(total, OnesLike(total))))
 }
 
 // mixedDaggerOPD is the β-blend of cross-entropy on teacher-executed tokens and K3
@@ -572,5 +602,8 @@ func (s *mixedDaggerOPD) ComputeLoss(out Output, batch Batch, _ loss.Reducer) (*
 	if err != nil {
 		return nil, nil, err
 	}
+	// β is the same in every micro-batch, and the trainer adds micro-batches' metrics: each
+	// reports its rows' share of it (R/B), which add up to β however the rows are grouped.
+	res.Metrics["beta"] = Mul(res.Metrics["beta"], miniBatchShare(batch, lp))
 	return res.Loss, res.Metrics, nil
 }

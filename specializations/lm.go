@@ -23,6 +23,14 @@ type lmBase struct {
 	// log_softmax(logits/temperature), the distribution the sampler drew from, so that the
 	// importance ratio of an on-policy step is 1 at any temperature.
 	tempered bool
+	// fixedRows: the loss couples the rows of a micro-batch (KTO's z0 is estimated per
+	// micro-batch), so packed micro-batches keep opts.MicroBatchSize rows each (packed inside)
+	// rather than taking the rows a token budget holds: regrouping them would change the loss.
+	fixedRows bool
+	// noEmptyUnits: an empty unit is not inert in the loss (a preference pair of two empty rows
+	// still has −log σ(0)), so token-budget micro-batches take a ladder count of units
+	// (runtime.PackGroups onLadder) rather than being rounded up with empty ones.
+	noEmptyUnits bool
 }
 
 // bInvTemp is the batch key of 1/temperature, a scalar graph input of tempered roles: the
@@ -70,16 +78,27 @@ func (b lmBase) Reducer(batch Batch) loss.Reducer {
 	return r
 }
 
-// hidden returns the final hidden states [R,T,d] of the batch's tokens; in a tempered role's
-// batch (bInvTemp) scaled by 1/temperature, so that the head's logits are those of the
-// temperature-scaled distribution (Linear(h/T, W) = logits/T).
-// A packed batch (runtime.Pack: the PrepareBatch option Pack) runs the decoder on its packed
-// rows and returns their hidden states in the [R,T] layout.
-func hidden(ctx *context.Context, m *runtime.Model, batch Batch) *Node {
-	if p := runtime.PackedFrom(batch); p != nil {
-		return p.Unpack(tempered(m.ForwardPacked(ctx, batch[bTokens], p), batch))
+// perPosition runs f, a per-position function of the final hidden states [R,T,d] and of per-token
+// inputs in (each [R,T,...]), on the batch's tokens; in a tempered role's batch (bInvTemp) the
+// hidden states are scaled by 1/temperature, so that the head's logits are those of the
+// temperature-scaled distribution (Linear(h/T, W) = logits/T). A packed batch (runtime.Pack: the
+// PrepareBatch option Pack) runs the decoder and f on its packed rows, f's inputs packed and its
+// outputs laid back out as [R,T,...]: nothing is computed for padding, which at a real vocabulary
+// matters as much in the head as in the decoder.
+func perPosition(ctx *context.Context, m *runtime.Model, batch Batch, in []*Node, f func(h *Node, in []*Node) []*Node) []*Node {
+	p := runtime.PackedFrom(batch)
+	if p == nil {
+		return f(tempered(m.Forward(ctx, batch[bTokens]), batch), in)
 	}
-	return tempered(m.Forward(ctx, batch[bTokens]), batch)
+	packed := make([]*Node, len(in))
+	for i, x := range in {
+		packed[i] = p.Pack(x)
+	}
+	outs := f(tempered(m.ForwardPacked(ctx, batch[bTokens], p), batch), packed)
+	for i := range outs {
+		outs[i] = p.Unpack(outs[i])
+	}
+	return outs
 }
 
 // tempered scales hidden states by the batch's 1/temperature, if it has one.
@@ -91,7 +110,7 @@ func tempered(h *Node, batch Batch) *Node {
 }
 
 // headOutputs returns the target log-probs [R,T] and f's further per-token outputs of the
-// (temperature-scaled, see hidden) next-token logits, each [R,T], given the rows of inputs.
+// (temperature-scaled, see perPosition) next-token logits, each [R,T], given the rows of inputs.
 // The logits are computed over chunks of rows (runtime.ChunkedHead), forward and backward:
 // with a real vocabulary, the [R,T,V] logits of a whole batch and their gradient would not fit.
 func headOutputs(ctx *context.Context, m *runtime.Model, batch Batch, inputs []*Node, f runtime.HeadFn) []*Node {
@@ -103,20 +122,7 @@ func headOutputs(ctx *context.Context, m *runtime.Model, batch Batch, inputs []*
 		}
 		return out
 	}
-	p := runtime.PackedFrom(batch)
-	if p == nil {
-		return m.Head(ctx, hidden(ctx, m, batch), in, head)
-	}
-	// Packed: the head runs on the packed rows too (at a real vocabulary it costs as much as
-	// the decoder), its per-token inputs packed and its outputs unpacked.
-	for i := range in {
-		in[i] = p.Pack(in[i])
-	}
-	outs := m.Head(ctx, tempered(m.ForwardPacked(ctx, batch[bTokens], p), batch), in, head)
-	for i := range outs {
-		outs[i] = p.Unpack(outs[i])
-	}
-	return outs
+	return perPosition(ctx, m, batch, in, func(h *Node, in []*Node) []*Node { return m.Head(ctx, h, in, head) })
 }
 
 // forward returns the target log-probs [R,T]; in a tempered role's batch (bInvTemp) those of
@@ -169,12 +175,18 @@ func (b lmBase) forwardBatches(data *rollout.Rollout, opts BatchOptions, unit in
 	if err := requireKeys(b.contract.Name, data, []string{rollout.KeyTokens, rollout.KeyLossMask}); err != nil {
 		return nil, err
 	}
+	// A forward pass couples no rows, and Producer.Produce reads each micro-batch's rows back
+	// in order, with no empty ones among them.
+	b.fixedRows, b.noEmptyUnits = false, true
 	return b.lmBatches(data, opts, unit, nil)
 }
 
 // lmBatches cuts data into micro-batches of opts.MicroBatchSize units of unit rows (1 for
 // sequences, 2 for preference pairs), with the forward keys, the loss_agg_mode denominators of the
-// whole mini-batch, and whatever extra adds for each micro-batch's rows.
+// whole mini-batch, and whatever extra adds for each micro-batch's rows. Packed (opts.Pack), a
+// micro-batch is instead opts.MicroBatchSize·unit packed rows of pack_tokens tokens and holds the
+// units those rows take (microBatchRows): every loss normalises by mini-batch counts, so how rows
+// are grouped changes no loss or gradient beyond float32 rounding.
 func (b lmBase) lmBatches(data *rollout.Rollout, opts BatchOptions, unit int,
 	extra func(mb map[string]*tensors.Tensor, rows []int) error) ([]map[string]*tensors.Tensor, error) {
 	n := data.Len()
@@ -182,17 +194,26 @@ func (b lmBase) lmBatches(data *rollout.Rollout, opts BatchOptions, unit int,
 		return nil, fmt.Errorf("%s: %d rows do not form units of %d", b.contract.Name, n, unit)
 	}
 	T := seqLength(data)
+	cut, err := b.microBatchRows(data, opts, unit, T)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", b.contract.Name, err)
+	}
 	var mbs []map[string]*tensors.Tensor
-	for _, c := range chunks(n/unit, opts.MicroBatchSize) {
+	for _, c := range cut.groups {
 		rows := span(c[0]*unit, c[1]*unit)
 		mb := lmInputs(data, rows, T, opts.Pad)
-		if opts.Pack {
-			if err := packInto(mb, data, rows, T, opts.PackTokens); err != nil {
+		if extra != nil {
+			if err := extra(mb, rows); err != nil {
 				return nil, fmt.Errorf("%s: %w", b.contract.Name, err)
 			}
 		}
-		if extra != nil {
-			if err := extra(mb, rows); err != nil {
+		if opts.Pack {
+			laid := len(rows)
+			if cut.padUnits {
+				laid = runtime.RowBucket(c[1]-c[0]) * unit
+				padRows(mb, len(rows), laid)
+			}
+			if err := packInto(mb, data, rows, laid, T, cut.L, cut.maxRows); err != nil {
 				return nil, fmt.Errorf("%s: %w", b.contract.Name, err)
 			}
 		}
@@ -203,6 +224,43 @@ func (b lmBase) lmBatches(data *rollout.Rollout, opts BatchOptions, unit int,
 		setScalar(mbs, bInvTemp, invTemperature(opts.Temperature))
 	}
 	return mbs, nil
+}
+
+// microBatchCut is how lmBatches cuts a mini-batch: the micro-batches' unit ranges and, packed,
+// the packed rows' length (0: each micro-batch's own, runtime.PackAuto's), the most packed rows
+// a micro-batch has (0: one per sequence) and whether each micro-batch is rounded up to a ladder
+// count of units with empty ones (runtime.RowBucket).
+type microBatchCut struct {
+	groups     [][2]int
+	L, maxRows int
+	padUnits   bool
+}
+
+// microBatchRows cuts data's units into micro-batches. Unpacked, or packed for a loss that
+// couples a micro-batch's rows (KTO's z0: fixedRows), a micro-batch is opts.MicroBatchSize
+// units. Packed otherwise it is the units that opts.MicroBatchSize·unit rows (all of them for 0)
+// of pack_tokens tokens take (runtime.CutByTokens); pack_tokens 0 keeps the token slots of an
+// unpacked micro-batch, opts.MicroBatchSize·unit rows of T (the mini-batch's padded length), laid
+// out as rows of T, 2T or 4T, whichever computes least. Its units are rounded up to the row ladder
+// with empty units, inert in every loss that reduces over masks with mini-batch denominators, or,
+// where an empty unit would count (noEmptyUnits), its count rounded down.
+func (b lmBase) microBatchRows(data *rollout.Rollout, opts BatchOptions, unit, T int) (microBatchCut, error) {
+	units := data.Len() / unit
+	if !opts.Pack || b.fixedRows {
+		return microBatchCut{groups: chunks(units, opts.MicroBatchSize), L: opts.PackTokens}, nil
+	}
+	rows := opts.MicroBatchSize * unit
+	if rows <= 0 || rows > data.Len() {
+		rows = data.Len()
+	}
+	lengths := make([]int, data.Len())
+	for i, t := range data.Tokens {
+		if lengths[i] = len(t); opts.PackTokens > 0 && lengths[i] > opts.PackTokens { // named by its row of the mini-batch, which the user can find
+			return microBatchCut{}, fmt.Errorf("row %d has %d tokens, more than pack_tokens %d (raise pack_tokens, or set pack: false)", i, lengths[i], opts.PackTokens)
+		}
+	}
+	cut, err := runtime.CutByTokens(lengths, unit, rows, T, opts.PackTokens, b.noEmptyUnits)
+	return microBatchCut{groups: cut.Groups, L: cut.Length, maxRows: cut.Rows, padUnits: !b.noEmptyUnits}, err
 }
 
 // Producer runs an LM specialization forward-only and writes what it produces into a

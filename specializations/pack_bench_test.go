@@ -35,44 +35,80 @@ func mixedLengthRollout(rows, lo, hi int, seed uint64) *rollout.Rollout {
 	return r
 }
 
-// BenchmarkPackedSFTStep measures SFT optimizer steps of the bench model on 16 rows in
-// micro-batches of 8, packed (runtime.PackAuto's rows) and unpacked, alternating in one process
-// so that both see the same machine load; it reports each one's real tokens per second, the
-// ratio and the padding shares. Rows of 16–256 tokens (SFT data of mixed lengths), and of
-// 20–40 (short RL-like rows, bucketed to 64).
+// BenchmarkPackedSFTStep measures SFT optimizer steps of the bench model on 32 rows with
+// micro_batch_size 8 three ways, alternating in one process so that all see the same machine
+// load: unpacked, packed inside fixed micro-batches of 8 sequences (the layout before token-budget
+// micro-batches; a specialization whose loss couples a micro-batch's rows still trains so), and
+// packed into token-budget micro-batches of 8 rows of the padded length. It reports each one's
+// real tokens per second, micro-batches per step and padding share. Rows of 16–256 tokens (SFT
+// data of mixed lengths), and of 20–40 (short RL-like rows, bucketed to 64).
 func BenchmarkPackedSFTStep(b *testing.B) {
 	for _, c := range []struct {
 		name   string
 		lo, hi int
 	}{{"mixed_16-256", 16, 256}, {"short_20-40", 20, 40}} {
-		b.Run(c.name, func(b *testing.B) { benchPacked(b, mixedLengthRollout(16, c.lo, c.hi, 1)) })
+		b.Run(c.name, func(b *testing.B) { benchPacked(b, mixedLengthRollout(32, c.lo, c.hi, 1)) })
 	}
 }
 
-func benchPacked(b *testing.B, data *rollout.Rollout) {
-	cfg := RoleConfig{Role: schema.Role{Name: "r", Specialization: "sft", Trainable: true}, Knobs: defaultKnobs()}
-	s, err := New(cfg)
-	if err != nil {
-		b.Fatal(err)
+// BenchmarkPackedGRPOStep is BenchmarkPackedSFTStep for the actor's GRPO step (groups of 4 rows,
+// rewards 0/1, sampler log-probs): the per-token policy loss with the mini-batch's token count.
+func BenchmarkPackedGRPOStep(b *testing.B) {
+	for _, c := range []struct {
+		name   string
+		lo, hi int
+	}{{"mixed_32-256", 32, 256}, {"short_20-40", 20, 40}} {
+		b.Run(c.name, func(b *testing.B) {
+			data := mixedLengthRollout(32, c.lo, c.hi, 1)
+			rng := rand.New(rand.NewPCG(2, 5))
+			for i, t := range data.Tokens {
+				data.GroupID[i] = string(rune('a' + i/4))
+				data.Reward = append(data.Reward, float64(i%2))
+				lp := make([]float32, len(t))
+				for j := range lp {
+					lp[j] = float32(-5 - rng.Float64())
+				}
+				data.Tok[rollout.KeySamplerLogProbs] = append(data.Tok[rollout.KeySamplerLogProbs], lp)
+			}
+			benchPackedSpec(b, "actor", data)
+		})
 	}
+}
+
+func benchPacked(b *testing.B, data *rollout.Rollout) { benchPackedSpec(b, "sft", data) }
+
+func benchPackedSpec(b *testing.B, name string, data *rollout.Rollout) {
+	cfg := RoleConfig{Role: schema.Role{Name: "r", Specialization: name, Trainable: true}, Knobs: defaultKnobs()}
 	mcfg, _ := runtime.BuiltinConfig("bench")
 	tokens := 0
 	for _, t := range data.Tokens {
 		tokens += len(t)
 	}
-	var arms [2]struct {
-		tr   *runtime.Trainer
-		mbs  []map[string]*tensors.Tensor
-		took time.Duration
-		pad  float64
-	}
+	arms := []struct {
+		name         string
+		pack, within bool
+		tr           *runtime.Trainer
+		mbs          []map[string]*tensors.Tensor
+		took         time.Duration
+		pad          float64
+	}{{name: "unpacked"}, {name: "within", pack: true, within: true}, {name: "budget", pack: true}}
 	for i := range arms {
+		a := &arms[i]
+		s, err := New(cfg)
+		if err != nil {
+			b.Fatal(err)
+		}
+		switch s := s.(type) {
+		case *sft:
+			s.fixedRows = a.within
+		case *actor:
+			s.fixedRows = a.within
+		}
 		m, err := runtime.NewModel(mcfg, 7)
 		if err != nil {
 			b.Fatal(err)
 		}
-		a := &arms[i]
-		if a.mbs, err = s.PrepareBatch(data, BatchOptions{MicroBatchSize: 8, Pad: int32(mcfg.PAD), Pack: i == 1}); err != nil {
+		if a.mbs, err = s.PrepareBatch(data, BatchOptions{MicroBatchSize: 8, Pad: int32(mcfg.PAD), Pack: a.pack, Temperature: 1}); err != nil {
 			b.Fatal(err)
 		}
 		slots := 0
@@ -101,11 +137,11 @@ func benchPacked(b *testing.B, data *rollout.Rollout) {
 			arms[i].took += time.Since(t0)
 		}
 	}
-	unpacked := float64(tokens*b.N) / arms[0].took.Seconds()
-	packed := float64(tokens*b.N) / arms[1].took.Seconds()
-	b.ReportMetric(unpacked, "unpacked_tok/s")
-	b.ReportMetric(packed, "packed_tok/s")
-	b.ReportMetric(packed/unpacked, "speedup")
-	b.ReportMetric(arms[0].pad, "unpacked_pad_frac")
-	b.ReportMetric(arms[1].pad, "packed_pad_frac")
+	for _, a := range arms {
+		b.ReportMetric(float64(tokens*b.N)/a.took.Seconds(), a.name+"_tok/s")
+		b.ReportMetric(a.pad, a.name+"_pad_frac")
+		b.ReportMetric(float64(len(a.mbs)), a.name+"_micro-batches")
+	}
+	b.ReportMetric(arms[0].took.Seconds()/arms[2].took.Seconds(), "budget_speedup")
+	b.ReportMetric(arms[1].took.Seconds()/arms[2].took.Seconds(), "budget_vs_within")
 }

@@ -100,6 +100,7 @@ func newPairwise(name string, cfg RoleConfig, terms pairTermsOf) (*pairwise, err
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", name, err)
 	}
+	b.noEmptyUnits = true // an empty pair's loss is −log σ(0), not 0
 	k := cfg.Knobs
 	p := &pairwise{lmBase: b, pref: loss.PreferenceConfig{Terms: ts,
 		DPO:   loss.DPOConfig{Beta: k.Beta, LabelSmoothing: k.LabelSmoothing, IPOSummed: !k.IPOLengthNormalize},
@@ -223,6 +224,7 @@ type kto struct{ lmBase }
 // newKTO builds the kto specialization.
 func newKTO(cfg RoleConfig) (*kto, error) {
 	b, err := newLMBase("kto", cfg)
+	b.fixedRows = true // z0 is the micro-batch's: packing must not regroup its rows
 	return &kto{b}, err
 }
 
@@ -365,6 +367,7 @@ type rewardModel struct{ lmBase }
 // newRewardModel builds the reward_model specialization.
 func newRewardModel(cfg RoleConfig) (*rewardModel, error) {
 	b, err := newLMBase("reward_model", cfg)
+	b.noEmptyUnits = true // an empty pair's Bradley–Terry loss is log 2, not 0
 	return &rewardModel{b}, err
 }
 

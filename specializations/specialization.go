@@ -35,9 +35,11 @@ type BatchOptions struct {
 	// sampler's tokens (actor, opd, mixed_loss_dagger_opd, and their reference or teacher
 	// roles) compute log-probs of logits/Temperature, as the sampler did.
 	Temperature float64
-	// Pack packs each micro-batch's sequences into rows of PackTokens tokens (0: the length
-	// runtime.PackAuto picks) with per-sequence attention and positions (runtime.Pack);
-	// outputs and losses are those of the unpacked rows.
+	// Pack lays sequences end to end in packed rows with per-sequence attention and positions
+	// (runtime.Pack), and makes a micro-batch MicroBatchSize such rows of PackTokens tokens (a
+	// token budget) rather than MicroBatchSize sequences (see lmBase.microBatchRows; 0 keeps an
+	// unpacked micro-batch's slots, rows of the padded length or 2 or 4 times it); outputs and
+	// losses are those of the unpacked rows.
 	Pack       bool
 	PackTokens int
 }

@@ -33,6 +33,9 @@ func main() {
 		}
 		debug.SetMemoryLimit(int64(limit))
 	}
+	// And the heap grows by a bounded amount of garbage between collections, not by as much as
+	// is live: a model's weights and optimizer state are most of the heap (runtime/heappace.go).
+	stxruntime.PaceHeap()
 	os.Exit(run(os.Args, os.Stdout, os.Stderr))
 }
 

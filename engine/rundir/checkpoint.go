@@ -114,6 +114,9 @@ func (d *Dir) BeginCheckpoint(rollout int) (*Pending, error) {
 	if rollout < 0 {
 		return nil, fmt.Errorf("begin checkpoint: negative rollout %d", rollout)
 	}
+	if d.replica {
+		return nil, fmt.Errorf("begin checkpoint %d: %w", rollout, ErrReplica)
+	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.closed {
@@ -411,6 +414,9 @@ func (d *Dir) Latest() (cp Checkpoint, ok bool, err error) {
 // is missing or does not match its files is not removed but rejected
 // (Reject: moved aside, noted and logged).
 func (d *Dir) Clean() ([]string, error) {
+	if d.replica {
+		return nil, nil
+	}
 	var removed []string
 	cpDir := d.checkpointsDir()
 	entries, err := os.ReadDir(cpDir)
@@ -471,6 +477,9 @@ func (d *Dir) Prune(keep int) ([]int, error) {
 	if keep < 0 {
 		return nil, fmt.Errorf("prune checkpoints: keep %d, want ≥ 0", keep)
 	}
+	if d.replica {
+		return nil, nil
+	}
 	cps, err := d.Checkpoints()
 	if err != nil || keep == 0 || len(cps) <= keep {
 		return nil, err
@@ -495,6 +504,9 @@ const RejectedInfix = ".rejected-"
 // in events.jsonl and in Notes, and returns the new path. Nothing is
 // deleted: the files stay for a person to inspect or repair.
 func (d *Dir) Reject(path string, rollout int, reason string) (string, error) {
+	if d.replica {
+		return path, nil
+	}
 	base := filepath.Join(filepath.Dir(path), filepath.Base(path)+RejectedInfix+time.Now().UTC().Format(timeLayout))
 	aside := base
 	for i := 2; ; i++ {

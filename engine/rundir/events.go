@@ -142,6 +142,9 @@ func (d *Dir) LogEvent(e Event) error {
 	if err := e.check(); err != nil {
 		return fmt.Errorf("log event: %w", err)
 	}
+	if d.replica {
+		return nil
+	}
 	if e.Time.IsZero() {
 		e.Time = time.Now().UTC()
 	}

@@ -30,6 +30,9 @@ func (d *Dir) KeepInitial(role string, files map[string]string) (copied int64, e
 	if role == "" || role == "." || role == ".." || strings.ContainsAny(role, `/\`) {
 		return 0, fmt.Errorf("keep initial weights: invalid role name %q", role)
 	}
+	if d.replica {
+		return 0, nil
+	}
 	root := filepath.Join(d.path, InitialDir)
 	if err := os.MkdirAll(root, 0o755); err != nil {
 		return 0, fmt.Errorf("keep initial weights of %s: %w", role, err)

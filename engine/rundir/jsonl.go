@@ -262,6 +262,9 @@ func (d *Dir) LogMetrics(step int, values map[string]float64) error {
 	} else {
 		line = append(line, '}')
 	}
+	if d.replica {
+		return nil
+	}
 	if err := d.metrics.appendLine(line); err != nil {
 		return err
 	}
@@ -274,6 +277,9 @@ func (d *Dir) LogMetrics(step int, values map[string]float64) error {
 // LogEpisode appends one episode record (any JSON object; give it a
 // "rollout" field for TruncateEpisodesAfter).
 func (d *Dir) LogEpisode(v any) error {
+	if d.replica {
+		return nil
+	}
 	if err := d.episodes.Append(v); err != nil {
 		return err
 	}
@@ -287,6 +293,9 @@ func (d *Dir) LogEpisode(v any) error {
 // than step: on resume from a checkpoint, the steps after it are trained
 // again and must not appear twice.
 func (d *Dir) TruncateMetricsAfter(step int) error {
+	if d.replica {
+		return nil
+	}
 	_, err := d.metrics.filter(fieldAtMost(StepKey, step))
 	if err != nil {
 		return fmt.Errorf("truncate metrics after step %d: %w", step, err)
@@ -297,6 +306,9 @@ func (d *Dir) TruncateMetricsAfter(step int) error {
 // TruncateEpisodesAfter drops the episode records whose "rollout" field is
 // greater than rollout; records without the field are kept.
 func (d *Dir) TruncateEpisodesAfter(rollout int) error {
+	if d.replica {
+		return nil
+	}
 	keep := fieldAtMost("rollout", rollout)
 	_, err := d.episodes.filter(func(line []byte) (bool, error) {
 		ok, err := keep(line)

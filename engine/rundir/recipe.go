@@ -28,6 +28,9 @@ func (d *Dir) WriteRecipe(version int, cueText []byte) error {
 	if len(bytes.TrimSpace(cueText)) == 0 {
 		return fmt.Errorf("write recipe v%d: empty recipe", version)
 	}
+	if d.replica {
+		return nil
+	}
 	vf := d.recipeFile(version)
 	old, err := os.ReadFile(vf)
 	switch {

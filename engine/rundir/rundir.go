@@ -92,6 +92,7 @@ type Dir struct {
 	pending map[string]bool // names of checkpoint temp dirs being filled
 	closed  bool
 	mirror  Mirror
+	replica bool // writes nothing (replica.go)
 }
 
 // Mirror receives a copy of each metrics and episode record once it is
@@ -316,6 +317,9 @@ func (d *Dir) EpisodesPath() string { return filepath.Join(d.path, EpisodesFile)
 // Commit calls it, so a checkpoint never exists without the records that
 // led to it.
 func (d *Dir) Sync() error {
+	if d.replica {
+		return nil
+	}
 	for _, w := range []*Writer{d.metrics, d.events, d.episodes} {
 		if err := w.Sync(); err != nil {
 			return err

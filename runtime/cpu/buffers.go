@@ -324,8 +324,19 @@ func (p *bufferPool) putFlat(dtype dtypes.DType, flat any, m *offHeap) {
 	p.bytes += size
 }
 
-// drain unmaps the pooled mappings and drops the pooled Go slices.
-func (p *bufferPool) drain() {
+// ReleasePooled unmaps the storage the pool keeps for reuse and drops its pooled Go slices,
+// returning the bytes unmapped: between two train steps a pool keeps the step's activations
+// mapped, which a phase that runs no large program (host sampling, a checkpoint's writing)
+// would otherwise hold resident beside its own memory. The next executions map afresh.
+func (b *Backend) ReleasePooled() int { return b.pool.drain() }
+
+// PooledBytes is the storage the pool keeps mapped for reuse, in bytes (what ReleasePooled
+// would unmap).
+func (b *Backend) PooledBytes() int { return b.pool.stats().Pooled }
+
+// drain unmaps the pooled mappings and drops the pooled Go slices; it returns the bytes
+// unmapped.
+func (p *bufferPool) drain() int {
 	p.mu.Lock()
 	var evicted []*offHeap
 	for size, l := range p.mapped {
@@ -337,12 +348,14 @@ func (p *bufferPool) drain() {
 		}
 		delete(p.mapped, size)
 	}
+	released := p.mappedBytes
 	p.mappedBytes = 0
 	p.free, p.bytes = nil, 0
 	p.mu.Unlock()
 	for _, m := range evicted {
 		unmapMemory(m.data)
 	}
+	return released
 }
 
 // makeFlat allocates a zeroed []T of the dtype.

@@ -399,12 +399,16 @@ func sgemmBatch(oneThread, transA, transB bool, batch, m, n, k int, a []float32,
 // pooledFLOPs returns the FLOPs of a float32 DotGeneral whose every product goes to OpenBLAS's
 // thread pool, and false for any other node: such products are what the executable runs two at
 // a time, side by side (pairProducts). Batches that sgemmBatch already runs side by side are
-// not among them.
+// not among them. A product summed into an accumulator (dotacc.go) is one too.
 func pooledFLOPs(n *node) (int, bool) {
-	if n.op != backends.OpTypeDotGeneral || n.shape.DType != dtypes.Float32 {
+	var p *dotPlan
+	if a, ok := n.data.(*dotAcc); ok {
+		p = a.plan
+	} else if n.op == backends.OpTypeDotGeneral && n.shape.DType == dtypes.Float32 {
+		p = planOf(n) // a float32 product, or a bfloat16 one with a float32 result (bf16.go)
+	} else {
 		return 0, false
 	}
-	p := planOf(n) // a float32 product, or a bfloat16 one with a float32 result (bf16.go)
 	if chooseGemmPath(p.transA, p.batch, p.m, p.n, p.k) != gemmEach || !blas.UsesPool(p.m, p.n, p.k) {
 		return 0, false
 	}

@@ -2,7 +2,9 @@ package cpu
 
 import (
 	"fmt"
+	"os"
 	"runtime/debug"
+	"time"
 
 	"github.com/gomlx/gomlx/backends"
 	"github.com/gomlx/gomlx/pkg/core/shapes"
@@ -78,6 +80,9 @@ func (b *Builder) Compile(outputs []backends.Op, shardings []*backends.ShardingS
 		// Likewise the conversions around bfloat16 products (bf16.go).
 		nodes = fuseBF16Dots(nodes, needed, outNodes)
 		needed = markNeeded(nodes, outNodes)
+		// Likewise the products summed into an accumulator in place (dotacc.go).
+		nodes = fuseDotAccumulate(nodes, needed, outNodes)
+		needed = markNeeded(nodes, outNodes)
 		// Likewise, the ops inside elementwise chains (chain.go) are read by no step.
 		nodes = chainElementwise(nodes, needed, outNodes)
 		needed = markNeeded(nodes, outNodes)
@@ -112,8 +117,11 @@ func (b *Builder) Compile(outputs []backends.Op, shardings []*backends.ShardingS
 			e.root[n.idx] = e.root[n.inputs[0].idx]
 		}
 		fn, ok := executors[n.op]
-		if _, chain := n.data.(*chainPlan); chain {
+		switch n.data.(type) {
+		case *chainPlan:
 			fn = execChain
+		case *dotAcc:
+			fn = execDotAcc
 		}
 		if !ok {
 			return nil, fmt.Errorf("cpu backend Compile: %w", errNotImplemented(n.op))
@@ -263,11 +271,18 @@ func (e *Executable) execute(inputs []backends.Buffer, donate []bool, rep replic
 			}
 		}
 	}
+	stats := newOpStats(r.pool) // nil unless STX_CPU_OPSTATS is set (opstats.go)
+	defer stats.report(os.Stderr, e.name, len(e.steps))
+	var t0 time.Time
 	for si := 0; si < len(e.steps); si++ {
 		s := &e.steps[si]
 		n := s.n
+		if stats != nil {
+			t0 = stats.begin()
+		}
 		if s.paired {
 			pairOuts, errs := e.runPair(r, vals, si)
+			stats.add(n, time.Since(t0)) // the pair's time, under its first product
 			for k := range 2 {
 				pn := e.steps[si+k].n
 				if errs[k] != nil {
@@ -299,6 +314,9 @@ func (e *Executable) execute(inputs []backends.Buffer, donate []bool, rep replic
 			vals[n.idx] = &Buffer{shape: n.shape, flat: inBufs[0].flat, mem: inBufs[0].mem, valid: true}
 		default:
 			out, err := s.fn(r, n, inBufs, owned)
+			if stats != nil {
+				stats.add(n, time.Since(t0))
+			}
 			if err != nil {
 				return nil, fmt.Errorf("cpu backend Execute %q: %s: %w", e.name, n.op, err)
 			}

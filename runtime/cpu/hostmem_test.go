@@ -253,3 +253,30 @@ func TestConcurrentMappedExecutions(t *testing.T) {
 		t.Errorf("after the executions: %+v, want nothing in use, no more mapped than the peak in use", st)
 	}
 }
+
+// TestReleasePooled: the backend returns its pooled mappings on request (and only those: a
+// buffer in use stays mapped), and maps afresh afterwards.
+func TestReleasePooled(t *testing.T) {
+	withOffHeap(t, 4096)
+	b := &Backend{}
+	defer b.pool.drain()
+	const mb = 1 << 20
+	kept := b.pool.newBuffer(shapes.Make(dtypes.Float32, mb/4))
+	idle := b.pool.newBuffer(shapes.Make(dtypes.Float32, mb/4))
+	b.pool.putBuffer(idle)
+	if got := b.PooledBytes(); got != mb {
+		t.Fatalf("PooledBytes = %d, want %d", got, mb)
+	}
+	if got := b.ReleasePooled(); got != mb {
+		t.Fatalf("ReleasePooled = %d, want %d", got, mb)
+	}
+	if st := b.pool.stats(); st.Pooled != 0 || st.Total != mb || st.InUse != mb {
+		t.Fatalf("after ReleasePooled: %+v, want the buffer in use alone mapped", st)
+	}
+	again := b.pool.newBuffer(shapes.Make(dtypes.Float32, mb/4))
+	if st := b.pool.stats(); st.Maps != 3 {
+		t.Errorf("after ReleasePooled a buffer was not mapped afresh: %+v", st)
+	}
+	b.pool.putBuffer(again)
+	b.pool.putBuffer(kept)
+}

@@ -44,7 +44,7 @@ func isCPUPlugin(path string) bool {
 // SingleProcessError refuses a group of nodes on XLA's CPU plugin. What the plugins do, tried
 // (runtime/xlaplugin's TestCPUPluginStaysInOneProcess): the CPU plugin's PJRT_Client_Create
 // reads no node_id or num_nodes (PJRT 0.115 refuses them, "Unexpected option name passed to
-// PJRT_Client_Create: node_id"; 0.81 ignores every option but cpu_device_count), never calls
+// PJRT_Client_Create: node_id"; 0.81 and 0.106 ignore them), never calls
 // the key-value callbacks, and builds its collectives in-process: its CpuClientOptions'
 // cross-process collectives (Gloo, MPI) are set only by jaxlib's own C++ client, never
 // through the C API. With process_id (0.115) a client numbers its devices for that process,

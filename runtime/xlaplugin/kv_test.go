@@ -149,8 +149,8 @@ func TestClusterOptions(t *testing.T) {
 // callbacks of a multi-process client, the reason stx refuses several nodes on them: the
 // callbacks are never called, the client lists only its own devices, and node_id/num_nodes
 // are refused (PJRT 0.115: "Unexpected option name passed to
-// PJRT_Client_Create: node_id") or ignored (0.81); process_id (0.115) numbers the devices for the
-// process but adds no other process's. Should a plugin version join processes, this fails and
+// PJRT_Client_Create: node_id") or ignored (0.81, 0.106); process_id (0.115) numbers the devices
+// for the process but adds no other process's. Should a plugin version join processes, this fails and
 // the refusal (SingleProcessError) must be revisited.
 func TestCPUPluginStaysInOneProcess(t *testing.T) {
 	found := Fetched()
@@ -191,11 +191,10 @@ func TestCPUPluginStaysInOneProcess(t *testing.T) {
 			_, err = plugin.NewClient(pjrt.NamedValuesMap{"cpu_device_count": int64(1), "node_id": int64(1), "num_nodes": int64(2)})
 			t.Logf("PJRT %s with node_id and num_nodes: %v", p.Version(), err)
 			refused := regexp.MustCompile(`Unexpected option name passed to PJRT_Client_Create: (node_id|num_nodes)$`)
-			switch {
-			case p.Minor >= 100 && (err == nil || !refused.MatchString(err.Error())):
-				t.Errorf("PJRT %s took node_id: %v", p.Version(), err)
-			case p.Minor < 100 && err != nil:
-				t.Errorf("PJRT %s refused node_id: %v", p.Version(), err)
+			// Refused by name (0.115) or ignored (0.81, and 0.106 of zml's build that
+			// fastatomstruct-xla-cpu 2026.6.23 ships): either way no multi-process client.
+			if err != nil && !refused.MatchString(err.Error()) {
+				t.Errorf("PJRT %s refused node_id otherwise: %v", p.Version(), err)
 			}
 			if top, _ := LastClient(); err == nil && (top.Devices != 1 || top.ProcessIndex != 0) {
 				t.Errorf("PJRT %s with node_id 1 of 2: %+v", p.Version(), top)
