@@ -18,16 +18,29 @@ func roundedModel(t *testing.T, cfg Config) *Model {
 	if err := m.AddValueHead(12); err != nil {
 		t.Fatal(err)
 	}
+	roundWeightsToBF16(t, m)
+	return m
+}
+
+// roundWeightsToBF16 sets every weight of m to its value rounded to bfloat16 (round to nearest
+// even), as a bfloat16 checkpoint would have stored it; each is called with the weight's name.
+func roundWeightsToBF16(t *testing.T, m *Model, each ...func(name string)) {
+	t.Helper()
 	for _, p := range m.params {
-		v, _ := m.ParamValues(p.Name)
+		v, err := m.ParamValues(p.Name)
+		if err != nil {
+			t.Fatal(err)
+		}
 		for i, f := range v {
 			v[i] = bf16RNE(f).Float32()
 		}
 		if err := m.SetParam(p.Name, v); err != nil {
 			t.Fatal(err)
 		}
+		for _, f := range each {
+			f(p.Name)
+		}
 	}
-	return m
 }
 
 // TestFrozenCopyScoresAsTheModel: the frozen copy of a model whose weights are all bfloat16

@@ -4,10 +4,6 @@ import (
 	"math"
 	"math/rand/v2"
 	"testing"
-
-	"github.com/gomlx/gomlx/pkg/core/dtypes"
-
-	"stx.dev/stx/runtime/cpu"
 )
 
 // TestBF16DotDecodeAgainstFloat64: a model computing in bfloat16 decodes no further from the
@@ -24,28 +20,12 @@ func TestBF16DotDecodeAgainstFloat64(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Weights that are bfloat16 values, so that the float64 reference has the decoder's weights.
-	for _, p := range m.Params() {
-		v, err := m.ParamValues(p.Name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		cpu.RoundToBF16(v, v)
-		if err := m.SetParam(p.Name, v); err != nil {
-			t.Fatal(err)
-		}
-	}
+	roundWeightsToBF16(t, m)
 	ref, err := newRefModel(m)
 	if err != nil {
 		t.Fatal(err)
 	}
-	m.ComputeDType = dtypes.BFloat16
-	s, err := NewSampler(testBackend(t), m)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !s.decodesOnHost() {
-		t.Skip("the backend decodes a bfloat16 model in graphs")
-	}
+	s := bf16HostSampler(t, m)
 	if err := s.ensureHost(); err != nil {
 		t.Fatal(err)
 	}

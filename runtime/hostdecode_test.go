@@ -310,6 +310,21 @@ func BenchmarkGRPOSampling(b *testing.B) {
 	b.ReportMetric(float64(generated)/float64(b.N*len(prompts)), "tokens/row")
 }
 
+// bf16HostSampler is a sampler of m computing in bfloat16, decoding on the host; the test is
+// skipped on a backend that decodes such a model in graphs (SimpleGo).
+func bf16HostSampler(t *testing.T, m *Model) *Sampler {
+	t.Helper()
+	m.ComputeDType = dtypes.BFloat16
+	s, err := NewSampler(testBackend(t), m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !s.decodesOnHost() {
+		t.Skip("the backend decodes a bfloat16 model in graphs")
+	}
+	return s
+}
+
 // TestHostBF16WeightsSameBits: for a model computing in bfloat16 the decoder reads its
 // projections and head as bfloat16 values (hostLayerBF16) with the bfloat16 dot-product
 // kernels, whose samples are the same bits with the instruction and with its emulation (so on
@@ -322,14 +337,7 @@ func TestHostBF16WeightsSameBits(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m.ComputeDType = dtypes.BFloat16
-	s, err := NewSampler(testBackend(t), m)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !s.decodesOnHost() {
-		t.Skip("the backend decodes a bfloat16 model in graphs")
-	}
+	s := bf16HostSampler(t, m)
 	prompts := randomSeqs(rand.New(rand.NewPCG(6, 6)), cfg.VocabSize, 9, 3, 9)
 	opt := SampleOptions{MaxNewTokens: 16, Temperature: 1, Seed: 5}
 	dot, err := s.Generate(prompts, opt)

@@ -176,13 +176,3 @@ func bf16FromFile(t safetensors.Tensor) (*tensors.Tensor, error) {
 	}
 	return tensors.FromFlatDataAndDimensions(out, t.Shape...), nil
 }
-
-// setHeld sets the named tensor's variable (creating it) to t, in t's dtype.
-func (m *Model) setHeld(name string, t *tensors.Tensor) {
-	if v := m.Variable(name); v != nil {
-		_ = v.SetValue(t) // shapes were checked against the file
-		return
-	}
-	scope, vn := m.variableScope(name)
-	m.ctx.InAbsPath(scope).Checked(false).VariableWithValue(vn, t)
-}

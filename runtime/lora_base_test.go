@@ -20,16 +20,7 @@ func bf16BaseModel(t *testing.T, cfg Config, lc LoRAConfig, baseDType string) *M
 		t.Fatal(err)
 	}
 	m.dtypes = map[string]safetensors.DType{}
-	for _, p := range m.params {
-		v, _ := m.ParamValues(p.Name)
-		for i, f := range v {
-			v[i] = bf16RNE(f).Float32()
-		}
-		if err := m.SetParam(p.Name, v); err != nil {
-			t.Fatal(err)
-		}
-		m.dtypes[p.Name] = safetensors.BF16
-	}
+	roundWeightsToBF16(t, m, func(name string) { m.dtypes[name] = safetensors.BF16 })
 	lc.BaseDType = baseDType
 	if err := m.AddLoRA(lc, 6); err != nil {
 		t.Fatal(err)

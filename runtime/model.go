@@ -138,14 +138,9 @@ func NewModelIn(ctx *context.Context, scope string, cfg Config, seed uint64) (*M
 		}); err != nil {
 			return nil, fmt.Errorf("initialising %q: %w", p.Name, err)
 		}
-		if v := m.Variable(p.Name); v != nil {
-			if err := v.SetValue(t); err != nil {
-				return nil, fmt.Errorf("initialising %q: %w", p.Name, err)
-			}
-			continue
+		if err := m.setTensor(p.Name, t); err != nil {
+			return nil, err
 		}
-		scope, vn := m.variableScope(p.Name)
-		m.ctx.InAbsPath(scope).Checked(false).VariableWithValue(vn, t)
 	}
 	return m, nil
 }
@@ -246,9 +241,22 @@ func (m *Model) Variables() []*context.Variable {
 // SetParam sets a tensor's values (row-major, float32), creating its variable if needed.
 func (m *Model) SetParam(name string, data []float32) error {
 	return setParamValue(m.params, m.Variable(name), "model", name, data, func(t *tensors.Tensor) {
-		scope, vn := m.variableScope(name)
-		m.ctx.InAbsPath(scope).Checked(false).VariableWithValue(vn, t)
+		_ = m.setTensor(name, t) // a new variable: nothing to fail
 	})
+}
+
+// setTensor sets the named tensor's variable to t, in t's dtype and without a copy, creating
+// the variable on first use.
+func (m *Model) setTensor(name string, t *tensors.Tensor) error {
+	if v := m.Variable(name); v != nil {
+		if err := v.SetValue(t); err != nil {
+			return fmt.Errorf("setting %q: %w", name, err)
+		}
+		return nil
+	}
+	scope, vn := m.variableScope(name)
+	m.ctx.InAbsPath(scope).Checked(false).VariableWithValue(vn, t)
+	return nil
 }
 
 // ParamValues returns a copy of a tensor's values (row-major, float32).
@@ -703,8 +711,9 @@ func (m *Model) FrozenCopy() (*Model, error) {
 		if err != nil {
 			return nil, fmt.Errorf("frozen copy: %q: %w", p.Name, err)
 		}
-		scope, vn := c.variableScope(p.Name)
-		c.ctx.InAbsPath(scope).Checked(false).VariableWithValue(vn, cp)
+		if err := c.setTensor(p.Name, cp); err != nil {
+			return nil, err
+		}
 	}
 	c.SetTrainable(false)
 	return c, nil

@@ -145,7 +145,9 @@ func (m *Model) setFromTensors(ts map[string]safetensors.Tensor, strict bool, ho
 				return err
 			}
 			if ht != nil {
-				m.setHeld(p.Name, ht)
+				if err := m.setTensor(p.Name, ht); err != nil {
+					return err
+				}
 				m.dtypes[p.Name] = t.DType
 				continue
 			}

@@ -52,13 +52,8 @@ func (m *Model) decodeParam(p Param, t safetensors.Tensor) (bool, error) {
 	if bad != nil {
 		return false, bad
 	}
-	if v == nil {
-		scope, vn := m.variableScope(p.Name)
-		m.ctx.InAbsPath(scope).Checked(false).VariableWithValue(vn, val)
-		return true, nil
-	}
-	if err := v.SetValue(val); err != nil {
-		return false, fmt.Errorf("setting %q: %w", p.Name, err)
+	if err := m.setTensor(p.Name, val); err != nil {
+		return false, err
 	}
 	return true, nil
 }

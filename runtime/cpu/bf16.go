@@ -411,13 +411,6 @@ func dotSbgemm(r *execution, p *dotPlan, lhs, rhs []bf16, out []float32) {
 	b, relB := transposed(r, rhs, p.rhsDims, p.rhsPerm)
 	defer relB()
 	m, k, n := p.m, p.k, p.n
-	lda, ldb := k, n
-	if p.transA {
-		lda = m
-	}
-	if p.transB {
-		ldb = k
-	}
 	if k == 0 {
 		clear(out)
 		return
@@ -425,13 +418,7 @@ func dotSbgemm(r *execution, p *dotPlan, lhs, rhs []bf16, out []float32) {
 	if m == 0 || n == 0 {
 		return
 	}
-	var aOff, bOff []int
-	if p.lhsView != nil {
-		aOff, lda = p.lhsView.offsets, p.lhsView.ld
-	}
-	if p.rhsView != nil {
-		bOff, ldb = p.rhsView.offsets, p.rhsView.ld
-	}
+	lda, ldb, aOff, bOff := p.operands()
 	ab, bb := bf16Bits(a), bf16Bits(b)
 	itemA := func(i int) []uint16 { return ab[itemOffset(aOff, i, m*k):] }
 	itemB := func(i int) []uint16 { return bb[itemOffset(bOff, i, k*n):] }

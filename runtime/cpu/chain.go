@@ -78,10 +78,10 @@ func rowLen(n *node) int {
 	return 0
 }
 
-// chainElementwise returns the program's nodes with each chain replaced by one node at the
-// chain's last op, reading the chain's outside operands; needed marks the nodes the outputs
-// depend on.
-func chainElementwise(nodes []*node, needed []bool, outputs []*node) []*node {
+// countReaders returns, for each node, how many needed nodes read its result, with 2 more for
+// a program output (the caller reads it too), so that a result read once, by one step, is one
+// a rewrite may fuse into that step.
+func countReaders(nodes []*node, needed []bool, outputs []*node) []int {
 	readers := make([]int, len(nodes))
 	for _, n := range nodes {
 		if needed[n.idx] {
@@ -91,8 +91,16 @@ func chainElementwise(nodes []*node, needed []bool, outputs []*node) []*node {
 		}
 	}
 	for _, o := range outputs {
-		readers[o.idx] += 2 // the caller reads an output: never inside a chain
+		readers[o.idx] += 2
 	}
+	return readers
+}
+
+// chainElementwise returns the program's nodes with each chain replaced by one node at the
+// chain's last op, reading the chain's outside operands; needed marks the nodes the outputs
+// depend on.
+func chainElementwise(nodes []*node, needed []bool, outputs []*node) []*node {
+	readers := countReaders(nodes, needed, outputs)
 	// lastReader[i] is the last node (builder index) reading node i's result.
 	lastReader := make([]int, len(nodes))
 	for _, n := range nodes {

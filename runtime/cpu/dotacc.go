@@ -47,17 +47,7 @@ func dotAccumulable(d *node) bool {
 // fuseDotAccumulate returns the program's nodes with each Add(acc, product) that qualifies
 // (see above) replaced by a dotAcc step; needed marks the nodes the outputs depend on.
 func fuseDotAccumulate(nodes []*node, needed []bool, outputs []*node) []*node {
-	readers := make([]int, len(nodes))
-	for _, n := range nodes {
-		if needed[n.idx] {
-			for _, in := range n.inputs {
-				readers[in.idx]++
-			}
-		}
-	}
-	for _, o := range outputs {
-		readers[o.idx] += 2 // the caller reads an output
-	}
+	readers := countReaders(nodes, needed, outputs)
 	prog, cloned := nodes, false
 	for i, n := range nodes {
 		if !needed[i] || n.op != backends.OpTypeAdd || n.shape.DType != dtypes.Float32 || len(n.inputs) != 2 {
@@ -102,19 +92,8 @@ func execDotAcc(r *execution, n *node, in []*Buffer, owned []bool) (*Buffer, err
 	defer relA()
 	b, relB := transposed(r, rhs, p.rhsDims, p.rhsPerm)
 	defer relB()
-	lda, ldb := p.k, p.n
-	if p.transA {
-		lda = p.m
-	}
-	if p.transB {
-		ldb = p.k
-	}
-	if p.lhsView != nil {
-		a, lda = a[p.lhsView.offsets[0]:], p.lhsView.ld
-	}
-	if p.rhsView != nil {
-		b, ldb = b[p.rhsView.offsets[0]:], p.rhsView.ld
-	}
+	lda, ldb, aOff, bOff := p.operands()
+	a, b = a[itemOffset(aOff, 0, 0):], b[itemOffset(bOff, 0, 0):] // one item (dotAccumulable)
 	sgemm := blas.Sgemm
 	if r.oneThread {
 		sgemm = blas.SgemmOneThread

@@ -254,19 +254,31 @@ func transposed[T any](r *execution, src []T, dims, perm []int) (data []T, relea
 	return tmp, func() { r.pool.put(dt, tmp) }
 }
 
+// operands returns the leading dimensions GEMM reads the plan's operands with and, for an
+// operand read in place through a strided view, its items' offsets (nil: items consecutive).
+func (p *dotPlan) operands() (lda, ldb int, aOff, bOff []int) {
+	lda, ldb = p.k, p.n
+	if p.transA {
+		lda = p.m
+	}
+	if p.transB {
+		ldb = p.k
+	}
+	if p.lhsView != nil {
+		aOff, lda = p.lhsView.offsets, p.lhsView.ld
+	}
+	if p.rhsView != nil {
+		bOff, ldb = p.rhsView.offsets, p.rhsView.ld
+	}
+	return lda, ldb, aOff, bOff
+}
+
 func dotFloat32(r *execution, p *dotPlan, lhs, rhs, out []float32) {
 	a, relA := transposed(r, lhs, p.lhsDims, p.lhsPerm)
 	defer relA()
 	b, relB := transposed(r, rhs, p.rhsDims, p.rhsPerm)
 	defer relB()
 	m, k, n := p.m, p.k, p.n
-	lda, ldb := k, n
-	if p.transA {
-		lda = m
-	}
-	if p.transB {
-		ldb = k
-	}
 	if k == 0 {
 		clear(out) // an empty contraction sums nothing
 		return
@@ -274,13 +286,7 @@ func dotFloat32(r *execution, p *dotPlan, lhs, rhs, out []float32) {
 	if m == 0 || n == 0 {
 		return
 	}
-	var aOff, bOff []int
-	if p.lhsView != nil {
-		aOff, lda = p.lhsView.offsets, p.lhsView.ld
-	}
-	if p.rhsView != nil {
-		bOff, ldb = p.rhsView.offsets, p.rhsView.ld
-	}
+	lda, ldb, aOff, bOff := p.operands()
 	sgemmBatch(r.oneThread, p.transA, p.transB, p.batch, m, n, k, a, lda, aOff, b, ldb, bOff, out)
 }
 
