@@ -22,7 +22,8 @@ import (
 // did (with β = 0 they add it to zeros). Over K split into panels, C would take the partial
 // sums one at a time, rounding differently. dotAccMaxK keeps K short enough for one panel
 // (OpenBLAS's GEMM_Q, a few hundred for its x86-64 kernels); the chunked head's products
-// contract its 256 rows. TestDotAccumulateSameBits checks the bits on the kernels in use.
+// contract its 256 rows. The pure-Go GEMM (no OpenBLAS loaded) adds each term to C as it goes,
+// so with it nothing is fused. TestDotAccumulateSameBits checks the bits on the kernels in use.
 
 // dotAccMaxK is the longest contraction fused.
 const dotAccMaxK = 256
@@ -40,7 +41,7 @@ func dotAccumulable(d *node) bool {
 		return false
 	}
 	p, ok := d.data.(*dotPlan)
-	return ok && p.batch == 1 && p.k > 0 && p.k <= dotAccMaxK && p.m > 0 && p.n > 0 &&
+	return ok && blas.Available() && p.batch == 1 && p.k > 0 && p.k <= dotAccMaxK && p.m > 0 && p.n > 0 &&
 		chooseGemmPath(p.transA, p.batch, p.m, p.n, p.k) == gemmEach
 }
 
